@@ -153,8 +153,7 @@ def predicted_vs_measured_chart(result: SuiteResult, capacity_gib: float | None)
                   if any(check.quantity is q for combo_checks in checks.values() for check in combo_checks)]
     if not quantities:
         return _empty("chart-predicted", "predicted", "Predicted vs measured", "no combo has a prediction")
-    figure = make_subplots(rows=1, cols=len(quantities),
-                           subplot_titles=[f"{q.label} ({q.unit})" if q.unit else q.label for q in quantities])
+    figure = make_subplots(rows=1, cols=len(quantities), subplot_titles=[q.label for q in quantities])
     for column, quantity in enumerate(quantities, start=1):
         rows = [(key, check) for key, combo_checks in checks.items() for check in combo_checks
                 if check.quantity is quantity]
@@ -165,6 +164,7 @@ def predicted_vs_measured_chart(result: SuiteResult, capacity_gib: float | None)
         figure.add_trace(go.Bar(name="measured", x=keys, y=[check.measured for _, check in rows],
                                 marker_color=MEASURED_COLOUR, showlegend=column == 1, legendgroup="measured"),
                          row=1, col=column)
+        figure.update_yaxes(title_text=quantity.unit, row=1, col=column)  # as the sweep chart: the unit on its axis
     figure.update_layout(barmode="group")
     return _chart("chart-predicted", "predicted", "Predicted vs measured", figure, top_px=90)
 

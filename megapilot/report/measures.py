@@ -32,9 +32,10 @@ class Quantity:
 
 STEP_TIME_MS = Quantity("step_time_ms", "Step time", "ms",
                         ("training.elapsed_time_per_iteration", "training.step_time_ms"), "step_time_ms")
-TOKENS_PER_S_PER_GPU = Quantity("tokens_per_s_per_gpu", "Tokens/s/GPU", "tokens/s",
+# Units as the metric table gives the metrics measuring them (a rate per GPU says so: a job's tokens/s is every GPU's).
+TOKENS_PER_S_PER_GPU = Quantity("tokens_per_s_per_gpu", "Tokens/s/GPU", "tok/s/GPU",
                                 ("training.tokens_per_gpu", "training.tokens_per_s_per_gpu"), "tokens_per_s_per_gpu")
-TFLOPS_PER_GPU = Quantity("tflops_per_gpu", "TFLOP/s/GPU", "TFLOP/s",
+TFLOPS_PER_GPU = Quantity("tflops_per_gpu", "TFLOP/s/GPU", "TFLOP/s/GPU",
                           ("training.throughput_per_gpu", "training.tflops_per_gpu"), "tflops_per_gpu")
 MFU_PCT = Quantity("mfu_pct", "MFU", "%", ("training.mfu_pct",), "mfu_pct")
 MEMORY_GIB = Quantity("memory_gib", "Memory", "GiB",

@@ -141,6 +141,17 @@ def test_predicted_against_measured(deck):
     assert set(failing) == {"step_time_ms", "tokens_per_s_per_gpu", "memory_gib"}  # what was predicted, only
 
 
+def test_predicted_rates_are_per_gpu_in_their_unit(deck):
+    """The comparison of tokens/s/GPU said "tokens/s" (a job's rate is the per-GPU one times every GPU): each
+    predicted quantity is in the unit the metric table gives the metric measuring it."""
+    from megapilot.suite.metric_table import METRICS
+
+    unit_of = {info.quantity: info.unit for info in reversed(METRICS.values()) if info.quantity}
+    comparisons = {c["quantity"]: c["unit"] for c in _cell(deck, PASSING)["predicted"]["comparisons"]}
+    assert comparisons == {quantity: unit_of[quantity] for quantity in comparisons}
+    assert comparisons["tokens_per_s_per_gpu"] == "tok/s/GPU" and comparisons["tflops_per_gpu"] == "TFLOP/s/GPU"
+
+
 def test_the_headline_metric_is_one_the_run_measured(deck, tmp_path):
     """A CPU run's deck led with training.throughput_per_gpu, which a CPU never measures (its log prints 0.0)."""
     assert deck["report"]["headline_metric"] == "training.throughput_per_gpu"  # a GPU run: CVS's
