@@ -1225,6 +1225,10 @@ def _steady_steps(log: ParsedLog) -> list[IterationRecord]:
 
 def _slowdown(log: ParsedLog, config: RunConfig | None) -> Finding | None:
     steady = _steady_steps(log)
+    # a batch ramp-up (--rampup-batch-size; Megatron logs the global batch size on every line) makes each step more
+    # work: the trend is read at the last batch size only, or a ramp from 32 to 256 reads as a run 4x slower
+    changed = [i for i, (a, b) in enumerate(pairwise(steady), start=1) if a.gbs != b.gbs]
+    steady = steady[changed[-1]:] if changed else steady
     sparse = len(steady) < SLOWDOWN_MIN_ITERATIONS
     if len(steady) < SLOWDOWN_SPARSE_MIN_ITERATIONS or _trained_s(steady) < SLOWDOWN_MIN_SPAN_S:
         return None

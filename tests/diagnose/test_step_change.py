@@ -156,7 +156,12 @@ def test_a_save_just_before_the_jump_is_named(tmp_path: Path):
     Run(jitter=0.04, save_interval=10, save_spike=1.35, seed=6),
     # a slow start: compilation, NCCL set-up, the first batches off a cold filesystem
     Run(jitter=0.03, startup=(9.0, 3.0, 2.0, 1.6, 1.4, 1.3, 1.2, 1.15, 1.1, 1.05), iterations=120, seed=8),
-], ids=["jitter2", "jitter5", "jitter5-long", "jitter5-short", "save-in-step", "async-save", "startup"])
+    # --rampup-batch-size 32 32 ...: the step time grows with the batch, 32 -> 256 over 400 iterations (the trend rule
+    # read it as a run 3.8x slower)
+    Run(jitter=0.03, rampup=(32, 32, 50), iterations=600, seed=9),
+    Run(jitter=0.05, rampup=(64, 64, 100), iterations=700, log_interval=10, seed=10),
+], ids=["jitter2", "jitter5", "jitter5-long", "jitter5-short", "save-in-step", "async-save", "startup", "rampup",
+        "rampup-interval10"])
 def test_noise_saves_startup_and_batch_rampup_are_no_change(tmp_path: Path, run: Run):
     log = write_log(tmp_path / "training.log", run)
     assert step_findings(log) == []
@@ -173,3 +178,19 @@ def test_a_slowdown_that_came_back_is_not_a_lasting_change():
     rng = random.Random(4)
     values = [1000 * (1.4 if 100 <= i < 160 else 1.0) * (1 + rng.gauss(0, 0.02)) for i in range(300)]
     assert find_step_change(values) is None
+
+
+def test_a_slowdown_after_the_batch_rampup_is_still_a_trend(tmp_path: Path):
+    """The ramp-up's own growth is left out of the trend, a drift once the batch is full is not."""
+    path = write_log(tmp_path / "training.log", Run(jitter=0.02, rampup=(128, 128, 40), iterations=400, seed=11))
+    lines = path.read_text().splitlines()
+    drifting = []
+    for line in lines:  # +60 % from iteration 100 to 400, at the full batch of 256
+        if "elapsed time per iteration (ms): " in line and (it := int(line.split("iteration")[1].split("/")[0])) > 100:
+            head, rest = line.split("elapsed time per iteration (ms): ")
+            value, tail = rest.split(" |", 1)
+            line = f"{head}elapsed time per iteration (ms): {float(value) * (1 + 0.6 * (it - 100) / 300):.1f} |{tail}"
+        drifting.append(line)
+    path.write_text("\n".join(drifting) + "\n")
+    (finding,) = step_findings(path)
+    assert finding.title.startswith("Step time rose 1.") and "on the fitted trend" in finding.title
