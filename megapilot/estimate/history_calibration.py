@@ -29,9 +29,10 @@ compute factors per precision class and family come from that weighting: a bf16 
 The prior's widths are those of a model that misses a run by about 30 %; where the uncalibrated model misses the
 runs by more (a CPU, known to it by two probed rates), they widen in proportion (`prior_widening`).
 
-Held out: every run used is predicted by the fit on the others (leave-one-out). The band is the 90th percentile
-of those |residuals|, never narrower than one measured step's noise (`MIN_BAND`). When the held-out median or p90
-error is worse than the uncalibrated model's on the same runs, or better by less than one run's noise over
+Held out: every run used is predicted by the fit on the others (leave-one-out; of more than `MAX_RUNS` others,
+on its `MAX_RUNS` nearest, the runs a case's own fit takes, so that the check grows with the runs). The band is the
+90th percentile of those |residuals|, never narrower than one measured step's noise (`MIN_BAND`). When the held-out
+median or p90 error is worse than the uncalibrated model's on the same runs, or better by less than one run's noise over
 the square root of the runs (NOISE / sqrt(n), the noise of their median), the uncalibrated model already predicts
 those runs as well as a fit on them could, and the fit would learn their noise (bench/calibration/
 from_history.md: a group whose runs the model predicts within 1-5 % was predicted worse after calibrating on 3):
@@ -77,7 +78,7 @@ MIN_WEIGHT = 1e-3  # runs below it are not "used"
 # tokens/s given as one GPU's) or the run is of another machine or layout. Fitted, a step given in milliseconds made
 # an estimate's band +/-84,413 %, and one of 1e-300 s every correction NaN.
 MAX_MISS_RATIO = 20.0
-MAX_RUNS = 40  # the nearest runs of a large history: the rest weigh little and the held-out check is quadratic
+MAX_RUNS = 40  # the nearest runs of a large history a fit takes: the rest weigh little (and cost the held-out check)
 BAND_QUANTILE = 0.9
 # The narrowest band a calibration states: the next run's own step falls about this far from any prediction of it
 # (one measured step's typical error, NOISE), however closely the runs used agreed with the model. One run predicted
@@ -301,12 +302,32 @@ def fit(runs: Sequence[MeasuredRun], weights: Sequence[float], free: Sequence[st
     held at its bound and the rest refitted. `free`: the corrections fitted (the others stay uncalibrated)."""
     if not runs or sum(weights) <= 0:
         return NONE
+    return _fit_system(_system(runs, weights), free)
+
+
+@dataclass(frozen=True)
+class _System:
+    """The normal equations of one fit (runs and weights, the prior added) and the units of its overheads: what
+    every choice of free corrections shares, built once for all of them."""
+
+    normal: list[list[float]]
+    rhs: list[float]
+    scale_s: float
+    scale_microbatches: float
+
+
+def _system(runs: Sequence[MeasuredRun], weights: Sequence[float]) -> _System:
     scale_s = _weighted_median([r.measured_step_time_s for r in runs], weights)
     scale_microbatches = _weighted_median([r.key.microbatches for r in runs], weights)
     widen = prior_widening(runs, weights)
+    normal, rhs = _normal_equations(runs, weights, scale_s, scale_microbatches, widen)
+    return _System(normal, rhs, scale_s, scale_microbatches)
+
+
+def _fit_system(system: _System, free: Sequence[str]) -> Corrections:
     held: dict[int, float] = {i: (0.0 if i in _ADDED else 1.0) for i, name in enumerate(_NAMES) if name not in free}
     for _ in range(len(_NAMES)):
-        theta = _solve(runs, weights, scale_s, scale_microbatches, held, widen)
+        theta = _solve(system.normal, system.rhs, held)
         clipped = False
         for index, value in enumerate(theta):
             low, high = (0.0, math.inf) if index in _ADDED else FACTOR_BOUNDS
@@ -315,9 +336,10 @@ def fit(runs: Sequence[MeasuredRun], weights: Sequence[float], free: Sequence[st
                 clipped = True
         if not clipped:
             break
-    theta = _solve(runs, weights, scale_s, scale_microbatches, held, widen)
+    theta = _solve(system.normal, system.rhs, held)
+    scale_s = system.scale_s
     return Corrections(theta[0], theta[1], theta[2], max(0.0, theta[3]) * scale_s,
-                       max(0.0, theta[4]) * scale_s / scale_microbatches)
+                       max(0.0, theta[4]) * scale_s / system.scale_microbatches)
 
 
 def prior_widening(runs: Sequence[MeasuredRun], weights: Sequence[float]) -> float:
@@ -381,9 +403,9 @@ def set_aside_text(aside: Sequence[SetAside]) -> str:
         f"{a.run_id} ({a.why})" for a in aside)
 
 
-def _solve(runs: Sequence[MeasuredRun], weights: Sequence[float], scale_s: float, scale_microbatches: float,
-           held: Mapping[int, float], widen: float = 1.0) -> list[float]:
-    """argmin sum w (x.theta + fixed - m)^2 / m^2 / NOISE^2 + sum ((theta - prior) / sd)^2, some theta held.
+def _normal_equations(runs: Sequence[MeasuredRun], weights: Sequence[float], scale_s: float,
+                      scale_microbatches: float, widen: float = 1.0) -> tuple[list[list[float]], list[float]]:
+    """The normal equations of argmin sum w (x.theta + fixed - m)^2 / m^2 / NOISE^2 + sum ((theta - prior) / sd)^2.
 
     The overheads are in units of the runs' typical step (`scale_s`): the per-step one as is, the per-micro-batch
     one at the runs' typical count of micro-batches, so that both priors say "a tenth of a step"."""
@@ -405,6 +427,15 @@ def _solve(runs: Sequence[MeasuredRun], weights: Sequence[float], scale_s: float
         precision = 1.0 / (widen * PRIOR_SD[name]) ** 2
         normal[i][i] += precision
         rhs[i] += precision * prior[i]
+    return normal, rhs
+
+
+def _solve(normal_in: Sequence[Sequence[float]], rhs_in: Sequence[float], held: Mapping[int, float]) -> list[float]:
+    """The normal equations solved with some corrections held (each held row says theta_i = value); the given
+    equations are left as they are, for the next choice of held corrections."""
+    n = len(rhs_in)
+    normal = [list(row) for row in normal_in]
+    rhs = list(rhs_in)
     for i, value in held.items():  # a held correction: its row says theta_i = value
         normal[i] = [1.0 if j == i else 0.0 for j in range(n)]
         rhs[i] = value
@@ -497,16 +528,77 @@ def leave_one_out(runs: Sequence[MeasuredRun], weights: Sequence[float], free: S
                   ) -> HeldOut:
     """Each run predicted by the fit on the others (weighted by their nearness to it), and by the plain model. One
     run alone has no others to fit on: its held-out calibrated error is not known (none is given), where the plain
-    model's error on it is."""
-    calibrated, uncalibrated = [], []
+    model's error on it is. Of more than `MAX_RUNS` others, a run is predicted from its `MAX_RUNS` nearest
+    (`held_out_all`)."""
+    return held_out_all(runs, (free,))[0]
+
+
+def held_out_all(runs: Sequence[MeasuredRun], frees: Sequence[Sequence[str]]) -> list[HeldOut]:
+    """`leave_one_out` for several choices of free corrections at once: each left-out run's fit is built once (its
+    others, their weights and normal equations) and solved for every choice.
+
+    A run with more than `MAX_RUNS` others is predicted from its `MAX_RUNS` nearest, as `calibrate` predicts a
+    case (its fit is on the nearest `MAX_RUNS` runs): the held-out error is then the error of the calibration a
+    user would get for that run, and the check grows with the runs, not with their square. A fit on every other run
+    of a large history was one `calibrate` never makes, and cost 14 s for one group of 400 runs. Up to
+    `MAX_RUNS` + 1 runs nothing changes: each is predicted from all the others, in their order."""
+    calibrated: list[list[float]] = [[] for _ in frees]
+    uncalibrated = []
+    nearest = _nearest_others(runs, MAX_RUNS) if len(runs) > MAX_RUNS + 1 else None
     for index, run in enumerate(runs):
-        others = [r for i, r in enumerate(runs) if i != index]
         measured = run.measured_step_time_s
         uncalibrated.append(miss(run.predicted.total_s, measured))
-        if others:
-            corrections = fit(others, [nearness(run.key, r.key) for r in others], free)
-            calibrated.append(miss(corrections.apply(run.predicted, run.key.microbatches), measured))
-    return HeldOut(tuple(calibrated), tuple(uncalibrated))
+        picked = range(len(runs)) if nearest is None else nearest[index]
+        others = [runs[i] for i in picked if i != index]
+        if not others:
+            continue
+        weights = [nearness(run.key, r.key) for r in others]
+        if sum(weights) <= 0:
+            fits = [NONE] * len(frees)
+        else:
+            system = _system(others, weights)
+            fits = [_fit_system(system, free) for free in frees]
+        for errors, corrections in zip(calibrated, fits, strict=True):
+            errors.append(miss(corrections.apply(run.predicted, run.key.microbatches), measured))
+    return [HeldOut(tuple(errors), tuple(uncalibrated)) for errors in calibrated]
+
+
+def _nearest_others(runs: Sequence[MeasuredRun], count: int) -> list[list[int]]:
+    """For each run, the indices of its `count` nearest other runs (by `nearness`, ties to the earlier run), in the
+    runs' order. Runs of one key share one ranking, and the ranking is by the logarithm of `nearness` built from
+    per-key logarithms (no exponential per pair): the same order, a fraction of the time, over a history of
+    hundreds of runs where every pair is compared."""
+    dims = ("tp", "pp", "cp", "ep", "vpp", "mbs", "gpus", "seq_len")
+    logs = {}
+    for run in runs:
+        key = run.key
+        if key not in logs:
+            logs[key] = ([math.log2(max(1, getattr(key, name))) for name in dims], math.log2(max(1, key.gbs)))
+    rankings: dict[RunKey, list[int]] = {}
+    nearest = []
+    for index, run in enumerate(runs):
+        case = run.key
+        ranking = rankings.get(case)
+        if ranking is None:
+            case_logs, case_gbs = logs[case]
+            scores = []
+            for other in runs:
+                key = other.key
+                if key.gpu.lower() != case.gpu.lower():
+                    scores.append(-math.inf)
+                    continue
+                key_logs, key_gbs = logs[key]
+                distance = sum(abs(a - b) for a, b in zip(case_logs, key_logs, strict=True))
+                distance += 0.5 * abs(case_gbs - key_gbs)
+                score = -LAYOUT_SCALE * distance
+                score += 0.0 if case.model == key.model else math.log(OTHER_MODEL_WEIGHT)
+                score += 0.0 if case.precision == key.precision else math.log(OTHER_PRECISION_WEIGHT)
+                score += 0.0 if case.family == key.family else math.log(OTHER_FAMILY_WEIGHT)
+                scores.append(score)
+            ranking = sorted(range(len(runs)), key=lambda i: -scores[i])  # stable: ties keep the runs' order
+            rankings[case] = ranking
+        nearest.append(sorted([i for i in ranking[:count + 1] if i != index][:count]))
+    return nearest
 
 
 @dataclass(frozen=True)
@@ -534,8 +626,9 @@ def cluster_fits(runs: Sequence[MeasuredRun]) -> list[GroupFit]:
     for (gpu, precision, family), group in sorted(groups.items()):
         members, aside = plausible(group)
         weights = [1.0] * len(members)
-        held_out = leave_one_out(members, weights)
-        alone = {name: leave_one_out(members, weights, (name,)).median for name in CORRECTIONS}
+        # every correction, then each alone: one pass over the left-out runs solves them all
+        held_out, *each = held_out_all(members, [CORRECTIONS, *((name,) for name in CORRECTIONS)])
+        alone = {name: one.median for name, one in zip(CORRECTIONS, each, strict=True)}
         fits.append(GroupFit(gpu, precision, family, len(members), fit(members, weights), held_out, alone,
                              tuple(aside)))
     return fits
@@ -663,6 +756,7 @@ __all__ = [
     "calibrated_interval",
     "cluster_fits",
     "fit",
+    "held_out_all",
     "implausible",
     "leave_one_out",
     "miss",
