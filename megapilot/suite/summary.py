@@ -70,7 +70,7 @@ def print_summary(result: SuiteResult, console: Console) -> None:
     for stage in result.stages:
         style = VERDICT_STYLE[stage.verdict]
         table.add_row(stage.name, escape(stage.combo or ""), f"[{style}]{stage.verdict.value}[/]",
-                      f"{stage.duration_s:.1f}", escape(stage.reason[:200]))
+                      f"{stage.duration_s:.1f}", escape(_clipped(stage.reason)))
     console.print(table)
     for combo in result.combos:
         failed = [r for r in combo.metrics if r.verdict is Verdict.FAIL]
@@ -85,6 +85,16 @@ def print_summary(result: SuiteResult, console: Console) -> None:
     style = OUTCOME_STYLE[outcome.status]
     console.print(f"\n[{style}]{outcome.status.value}[/] — {escape(outcome.summary)}"
                   f"\nrun directory: {escape(result.run_dir)}", highlight=False, soft_wrap=True)
+
+
+# The stage table's reason column holds this much of a reason (a failed stage's may quote pages of output); the
+# whole reason is in suite.json and the report.
+REASON_CHARS = 200
+
+
+def _clipped(text: str) -> str:
+    """The reason, or its first REASON_CHARS characters ending in an ellipsis: a reason cut short says so."""
+    return text if len(text) <= REASON_CHARS else text[:REASON_CHARS - 1].rstrip() + "\u2026"
 
 
 def _reading(row: MetricRow) -> str:

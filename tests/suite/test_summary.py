@@ -76,3 +76,18 @@ def test_a_failed_row_prints_its_value_as_the_gate_does_and_a_missing_one_as_not
         "training.tokens_per_gpu = not measured (gate >= 50): missing from the log",
         "gate.completed = not measured: no iteration logged",
     ]
+
+
+def test_a_long_stage_reason_cut_in_the_table_ends_in_an_ellipsis(tmp_path):
+    """The table cut a reason at 200 characters without a sign, so a cut sentence read as the whole of it."""
+    result = suite_result(tmp_path)
+    result.stages[0].reason = "preflight: " + " ".join(f"node{n:03d} unreachable" for n in range(40))
+    short = "disk almost full on node0"
+    result.stages[1].reason = short
+    out = io.StringIO()
+    print_summary(result, Console(file=out, width=400, color_system=None))
+    lines = out.getvalue().splitlines()
+    cut = next(line for line in lines if "node000 unreachable" in line)
+    shown = cut[cut.index("preflight: "):].rstrip(" \u2502|")
+    assert shown.endswith("\u2026") and 190 < len(shown) <= 200 and result.stages[0].reason.startswith(shown[:-1])
+    assert any(line.rstrip(" \u2502|").endswith(short) for line in lines)  # a short one is shown whole, no ellipsis
