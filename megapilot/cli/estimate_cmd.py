@@ -191,7 +191,8 @@ def estimate_case(flags: CaseFlags, flop_convention: str = "megatron") -> tuple[
 
     Where the layers do not divide over PP x VPP and no split was given, the balanced split is priced (`--pp-layout
     balanced`) and `defaults_assumed` says so: a published table prints a layout without the split its recipe set.
-    `script`, which writes a command line Megatron must accept, still refuses it."""
+    `script`, which writes a command line Megatron must accept, still refuses it. A layout wrong whatever its split
+    is refused for that, not for the split."""
     from dataclasses import replace
 
     from megapilot.estimate import FLOP_CONVENTIONS
@@ -208,8 +209,10 @@ def estimate_case(flags: CaseFlags, flop_convention: str = "megatron") -> tuple[
         balanced = replace(flags, layout=flags.layout.model_copy(update={"pipeline_layout": "balanced"}))
         try:
             case, result = _estimate_case(balanced, flop_convention)
-        except MegapilotError:
-            raise refused from None
+        except MegapilotError as other:
+            # The balanced split's own refusal is the split's: the one asked for is said. Any other is the layout's
+            # whatever its split (EP x ETP past a stage's ranks): said first, or the fix of the split leads to it.
+            raise (refused if other.field == "pipeline_layout" else other) from None
         if case.parallel.pp * case.parallel.vpp > case.model.num_layers:  # stages left empty: not a recipe's layout
             raise refused from None
         return case, result

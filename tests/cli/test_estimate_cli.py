@@ -400,6 +400,17 @@ def test_cuda_graphs_are_priced_and_said_and_a_scope_megatron_refuses_is_one_err
     assert "Traceback" not in refused.stderr
 
 
+def test_a_layout_wrong_whatever_its_split_is_refused_for_that_not_for_the_split(cli):
+    """DeepSeek-V3's 61 layers over PP 16 with TP 2 and EP 64 on 1,024 GPUs: ETP follows TP, and EP x ETP = 128
+    exceeds a stage's 64 ranks. Asking for a pipeline split (which the balanced one would give) hid that: the
+    user who passed one met the EP error next."""
+    args = ("--model", "deepseek-v3", "--gpu", "h100", "--gpus", "1024", "--tp", "2", "--pp", "16", "--ep", "64",
+            "--gbs", "8192", "--seq-len", "4096")
+    refused = cli("estimate", *args)
+    assert refused.exit_code == 2 and refused.stderr.startswith("error: ep: ep*etp = 64*2"), refused.stderr
+    assert cli("estimate", *args, "--etp", "1", "--json").exit_code == 0  # with ETP 1 the balanced split is priced
+
+
 def test_a_layout_whose_layers_do_not_divide_over_the_pipeline_is_priced_balanced_and_says_so(cli):
     """A published table prints Qwen3-235B's PP 8 without the split its recipe set (94 layers): estimate prices
     the balanced split and names it; script, which writes the command line, still asks for one."""
