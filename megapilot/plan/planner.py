@@ -34,6 +34,7 @@ from megapilot.plan.search import (
 )
 from megapilot.plan.space import Pins, RejectReason
 from megapilot.spec import ClusterSpec, EstimateResult, ModelSpec, ParallelConfig, TrainingSpec
+from megapilot.spec.hardware import MAX_GPUS
 
 if TYPE_CHECKING:
     from megapilot.estimate import EstimateOptions
@@ -324,6 +325,8 @@ def _relaxations_that_fit(cost: CostModel, pins: Pins) -> list[str]:
         found.append(f"use a smaller --headroom (layouts fit without the {100 * cost.headroom_fraction:g} % of HBM it "
                      "keeps free)")
     for factor in (2, 4, 8, 16):
+        if cluster.world_size * factor > MAX_GPUS:  # no cluster that large is planned (spec.hardware.MAX_GPUS)
+            break
         bigger = ClusterSpec(gpu=cluster.gpu, num_nodes=cluster.num_nodes * factor,
                              gpus_per_node=cluster.gpus_per_node)
         # The batch needs to divide by DP only, not by the GPU count (TP, PP and CP take the rest): it is scaled
