@@ -83,6 +83,9 @@ class FastEstimate:
     convention: FlopConvention = "megatron"
     optimizer: Optimizer = "adam"  # which memory savers the advice may name (Muon refuses two)
     host: HostOffload | None = None  # activation offload's host memory, with offload on
+    # The widest TP the layout checks allow without --force-tp-across-nodes (the NVLink / xGMI domain or the node):
+    # the memory advice offers more TP only up to it. None: no limit known.
+    tp_limit: int | None = None
 
     @property
     def fits(self) -> bool:
@@ -111,7 +114,8 @@ def estimate_fast(
     time = step_time(model, cluster, training, parallel, options, convention=convention)
     return FastEstimate(memory=memory, time=time, parallel=parallel, convention=convention,
                         optimizer=training.optimizer,
-                        host=host_offload(model, training, parallel, cluster.gpu.host_memory_gib))
+                        host=host_offload(model, training, parallel, cluster.gpu.host_memory_gib),
+                        tp_limit=max(cluster.gpus_per_node, cluster.scaleup_domain_gpus))
 
 
 def estimate(
@@ -143,8 +147,8 @@ def _param_counts(model: ModelSpec) -> ParamCounts:
 def to_result(model: ModelSpec, fast: FastEstimate, warnings: list[str] | None = None) -> EstimateResult:
     """The public `EstimateResult` of a fast estimate (numbers rounded for display stability)."""
     memory, time = fast.memory, fast.time
-    all_warnings = list(warnings or []) + _memory_warnings(memory, model, fast.parallel, fast.optimizer) \
-        + _host_warnings(fast.host) + time.warnings
+    all_warnings = [*(warnings or []), *_memory_warnings(memory, model, fast.parallel, fast.optimizer, fast.tp_limit),
+                    *_host_warnings(fast.host), *time.warnings]
     interval = time.tokens_interval()
     return EstimateResult(
         params=_param_counts(model),
@@ -179,13 +183,13 @@ LOW_HEADROOM_FRACTION = 0.05
 
 
 def _memory_warnings(memory: MemoryBreakdown, model: ModelSpec, parallel: ParallelConfig,
-                     optimizer: Optimizer) -> list[str]:
+                     optimizer: Optimizer, tp_limit: int | None = None) -> list[str]:
     if memory.fits:
         headroom = memory.capacity_gib - memory.total_gib
         if headroom < LOW_HEADROOM_FRACTION * memory.capacity_gib:
             return [f"only {headroom:.1f} GiB of {memory.capacity_gib:.0f} GiB left: allocator spikes may OOM"]
         return []
-    savers = memory_savers_not_on(model, parallel, optimizer)
+    savers = memory_savers_not_on(model, parallel, optimizer, tp_limit)
     advice = ("not yet used: " + ", ".join(savers)) if savers else \
         "every memory saver is already on: more GPUs, a shorter sequence or a smaller model"
     return [
@@ -203,12 +207,15 @@ def _host_warnings(host: HostOffload | None) -> list[str]:
             "stages"]
 
 
-def memory_savers_not_on(model: ModelSpec, p: ParallelConfig, optimizer: Optimizer = "adam") -> list[str]:
+def memory_savers_not_on(model: ModelSpec, p: ParallelConfig, optimizer: Optimizer = "adam",
+                         tp_limit: int | None = None) -> list[str]:
     """The memory savers this layout does not use yet, cheapest in throughput first.
 
     Advice that names a switch already on (the distributed optimizer under Megatron-FSDP, recompute
     when every layer is recomputed) sends the user looking for a change that does not exist, and so does a
     switch Megatron refuses beside Muon (the distributed optimizer, Megatron-FSDP): there it names dist_muon.
+    More TP is offered only inside `tp_limit` (the NVLink domain): TP 16 on 8-GPU nodes is refused by the layout
+    checks, so naming it sent the user to a layout the next command refuses.
     """
     savers: list[str] = []
     muon = optimizer != "adam"
@@ -231,6 +238,6 @@ def memory_savers_not_on(model: ModelSpec, p: ParallelConfig, optimizer: Optimiz
         savers.append(f"recompute every layer (--recompute-num-layers 1, now {p.recompute_num_layers})")
     if not p.fsdp and p.pp * 2 <= model.num_layers:  # megapilot plans and scripts Megatron-FSDP at PP 1 only
         savers.append(f"more pipeline stages (now PP {p.pp})")
-    if model.num_attention_heads % (p.tp * 2) == 0:
+    if model.num_attention_heads % (p.tp * 2) == 0 and (tp_limit is None or p.tp * 2 <= tp_limit):
         savers.append(f"more tensor-parallel ranks (now TP {p.tp})")
     return savers

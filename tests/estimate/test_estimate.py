@@ -135,6 +135,8 @@ def test_moe_estimate_counts_active_parameters_and_expert_communication():
     ({"tp": 2, "pp": 2, "recompute": "full", "sequence_parallel": False, "distributed_optimizer": True},
      ["sequence parallelism", "Megatron-FSDP (--use-megatron-fsdp, with PP 1)"],
      ["distributed optimizer", "recompute"]),
+    # TP already fills the 8-GPU node: TP 16 is refused by the layout checks, so it is not offered
+    ({"tp": 8, "pp": 1, "recompute": "none", "seq_len": 32768}, ["more pipeline stages"], ["tensor-parallel"]),
 ])
 def test_memory_advice_names_only_what_is_not_on(layout: dict, named: list[str], not_named: list[str]):
     case = build_case(**(LLAMA_70B_FLAGS | {"gbs": 64} | layout))
