@@ -98,11 +98,26 @@ def test_each_combo_is_calibrated_on_what_this_run_measured_before_it_the_smoke_
     recorded = {r.name: r for r in smoke.metrics if r.verdict is Verdict.RECORD}
     assert "training.tokens_per_gpu" in recorded and not recorded["training.tokens_per_gpu"].enforced
     assert first.predicted is not None and first.predicted.calibration_runs == [f"{result.run_id}/smoke"]
-    assert second.predicted is not None and sorted(second.predicted.calibration_runs) == sorted(
-        [f"{result.run_id}/smoke", f"{result.run_id}/{FIRST}"])
+    # the smoke run is of the first combo's layout (MBS 1): once that combo has run, it stands for the layout alone
+    assert second.predicted is not None and second.predicted.calibration_runs == [f"{result.run_id}/{FIRST}"]
     # the stand-in steps take 100 ms: the first combo, calibrated on the smoke run's, is predicted near it
     assert first.predicted.step_time_ms is not None and abs(first.predicted.step_time_ms / 100.0 - 1) < 0.1
     assert first.predicted.calibrated_in_run and "this run's own earlier runs" in first.predicted.calibration
+
+
+def test_a_smoke_run_of_a_layout_no_combo_has_run_yet_calibrates_every_combo_after_it(tmp_path) -> None:
+    # late: the stand-in executor and the suite it runs live with the interruption tests
+    from megapilot.store.measured import calibration_run_of
+    from megapilot.suite.lifecycle import RunRequest, run_suite
+    from tests.suite.test_lifecycle_interrupted import FIRST, SECOND, StandInExecutor
+
+    loaded = _stand_in_suite(tmp_path, smoke_mbs=2)  # the second combo's layout, run last
+    request = RunRequest(out_dir=tmp_path / "runs", cluster_name="lab", measured_run_of=calibration_run_of)
+    result = run_suite(loaded, request, StandInExecutor())
+    first, second = result.combo(FIRST), result.combo(SECOND)
+    assert first is not None and first.predicted is not None and second is not None and second.predicted is not None
+    assert first.predicted.calibration_runs == [f"{result.run_id}/smoke"]
+    assert sorted(second.predicted.calibration_runs) == sorted([f"{result.run_id}/smoke", f"{result.run_id}/{FIRST}"])
 
 
 def test_where_the_history_has_runs_of_the_cluster_they_alone_calibrate(tmp_path) -> None:
@@ -137,9 +152,10 @@ def test_without_the_historys_rule_a_combo_is_calibrated_on_the_history_alone(tm
     assert first is not None and first.predicted is not None and first.predicted.calibration_runs == []
 
 
-def _stand_in_suite(tmp_path: Path) -> LoadedSuite:
+def _stand_in_suite(tmp_path: Path, *, smoke_mbs: int = 1) -> LoadedSuite:
     """The packaged tiny-local suite with no checkpoint stage (the stand-in jobs write no checkpoint)."""
     config = json.loads(template_path("tiny-local").read_text())
+    config["smoke"]["micro_batch_size"] = str(smoke_mbs)
     config["threshold_json"] = str(template_path("tiny-local").with_name("tiny-local_threshold.json"))
     config["checkpoint"]["enforce"] = False
     (tmp_path / "suite.json").write_text(json.dumps(config))
