@@ -7,7 +7,9 @@ tp_comm, cp_comm, ep_comm, pp_comm, pp_bubble, cpu_offload, dp_comm, optimizer},
 exposed_comm_fraction, flop_convention (`--flop-convention megatron_full_attention` counts the
 attention core over the full s x s matrix, as Megatron-Core <= 0.11 and older NeMo did), calibration (the
 published runs behind the estimate: its calibrated family/GPU/precision or the nearest, with the median |error|
-there, or a caveat when none checks it).
+there, or a caveat when none checks it), and beside the figures `defaults` (what was assumed for the flags left out,
+the pipeline split computed where none was given: the `assumed:` line) and `notes` (the dispatcher priced where the
+expert group leaves the NVLink domain, what CUDA graphs were priced as), as the table says them.
 
 `--batch cases.jsonl`: one JSON object per line whose keys are the long flag names, spelled either way
 (`seq-len` or `seq_len`; `{"model": "llama3.1-70b", "gpu": "h100", "gpus": 64, "tp": 4, "gbs": 1024,
@@ -127,15 +129,16 @@ def estimate(
 
     resolved = resolve_model(flags.model)  # what --model became and where from (an alias, a hub id offline)
     groups = _layer_groups(case) if layers else ()
-    if json_output:
+    notes = [note for note in (dispatcher_note(flags, case), cuda_graphs_note(case, result)) if note is not None]
+    if json_output:  # what the table's reader is told beside the figures, a tool is too (as `plan --json` does)
         emit_json({**result.model_dump(mode="json"), "model": resolved.to_dict()}
                   | ({"calibration_from_history": about} if about else {}) | budget_json(run)
-                  | ({"layers": [group.to_json() for group in groups]} if layers else {}))
+                  | ({"layers": [group.to_json() for group in groups]} if layers else {})
+                  | {"defaults": defaults_assumed(flags, case), "notes": notes})
     else:
         _print_result(result, case, cluster_calibration_note(about) if about else None)
-        for note in (dispatcher_note(flags, case), cuda_graphs_note(case, result)):
-            if note is not None:
-                console.print(note, markup=False, highlight=False, soft_wrap=True)
+        for note in notes:
+            console.print(note, markup=False, highlight=False, soft_wrap=True)
         if layers:
             print_layers(groups)
         console.print(f"model: {resolved.describe()}", highlight=False)

@@ -421,7 +421,10 @@ def test_a_layout_whose_layers_do_not_divide_over_the_pipeline_is_priced_balance
     assert "pipeline layout Et*12|(t*12|)*6t*10L: the balanced split, as none was given" in text.stderr
     priced = cli("estimate", *args, "--json").json()
     assert priced["pipeline_split"] == "Et*12|(t*12|)*6t*10L"
-    assert priced == cli("estimate", *args, "--pp-layout", "balanced", "--json").json()
+    asked = cli("estimate", *args, "--pp-layout", "balanced", "--json").json()
+    assert {**priced, "defaults": None} == {**asked, "defaults": None}
+    assert any("the balanced split, as none was given" in said for said in priced["defaults"])  # --json says it too
+    assert not any("balanced split" in said for said in asked["defaults"])
     given = cli("estimate", *args, "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split")
     assert given.exit_code == 0 and "the balanced split" not in given.stderr  # a split given is the one priced
     short = cli("estimate", *args, "--account-for-embedding-in-pipeline-split")  # 95 slots over 8: still refused

@@ -62,7 +62,8 @@ def test_models_list_and_one(cli, workdir):
 
 def test_estimate_and_its_batch(cli, workdir):
     result = json_of(cli, "estimate", *TINY, "--json")
-    assert set(result) == ESTIMATE_KEYS | {"model"}  # the model it ran on, resolved
+    assert set(result) == ESTIMATE_KEYS | {"model", "defaults", "notes"}  # the model it ran on, resolved
+    assert any("TP=1" in said for said in result["defaults"]) and result["notes"] == []  # as the assumed: line
     assert {"weights", "gradients", "optimizer", "activations", "overhead", "total", "capacity"} <= set(
         result["memory_gib"])
     cases = workdir / "cases.jsonl"
