@@ -154,6 +154,16 @@ def require_positive(flag: str, value: float | None) -> None:
         raise MegapilotError(f"must be positive, got {value}", field=flag, fix=f"pass {flag} with a value > 0")
 
 
+def require_at_most(flag: str, value: float | None, limit: float, beyond: str) -> None:
+    """Refuse a count past a bound far above any real run (`beyond` names the largest real one): a slip of digits,
+    which would otherwise be written into a script or priced as asked."""
+    from megapilot.errors import MegapilotError
+
+    if value is not None and value > limit:
+        raise MegapilotError(f"{value:,} is above {limit:,}, far beyond any real run ({beyond})", field=flag,
+                             fix=f"pass {flag} with a value <= {limit:,}")
+
+
 def read_text_file(path: str | Path, *, flag: str, what: str, fix: str) -> str:
     """Read a user-named file as UTF-8 text; a missing path, a directory, or binary content is one MegapilotError.
     A leading byte-order mark (some Windows editors write one) is dropped: JSON refuses it and it cannot be seen."""

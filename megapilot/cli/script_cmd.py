@@ -90,9 +90,10 @@ def script(
     json_output: Annotated[bool, typer.Option("--json", help="Print the script and its arguments as JSON.")] = False,
 ) -> None:
     """Write a checked launch script for a plan (a draft: review it, this command never runs it)."""
-    from megapilot.cli.common import load_profile_checked, require_positive
+    from megapilot.cli.common import load_profile_checked, require_at_most, require_positive
     from megapilot.estimate.cases import cuda_graphs_from
     from megapilot.launch import LaunchOptions, render_launch
+    from megapilot.spec.training import MAX_TRAIN_ITERS
 
     if plan_file is not None and plan is not None and plan_file != plan:
         raise MegapilotError(f"two plans given: {plan_file} and --plan {plan}", field="--plan",
@@ -118,6 +119,7 @@ def script(
         raise MegapilotError("--mock-data and --data-path exclude each other", field="--data-path",
                              fix="pass --data-path PREFIX for real data, or --mock-data alone")
     require_positive("--train-iters", train_iters)
+    require_at_most("--train-iters", train_iters, MAX_TRAIN_ITERS, "T5: 1 million steps")
     fills = _profile_fills(user_profile, data_path=data_path, mock_data=mock_data,
                            tokenizer_model=tokenizer_model, vocab_file=vocab_file, save=save,
                            tokenizer_type=tokenizer_type)

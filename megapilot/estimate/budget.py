@@ -36,9 +36,12 @@ from megapilot.estimate.step_time import EstimateOptions, stage_time_weights
 from megapilot.spec.hardware import ClusterSpec
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
-from megapilot.spec.training import TrainingSpec
+from megapilot.spec.training import MAX_TRAIN_ITERS, TrainingSpec
 
 TOKEN_SUFFIXES = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+# The largest token budget priced: 10^16, 250 times the largest published (Llama 4 Scout's 40T, Qwen3's 36T); 1e40
+# printed a run of 10^30 days. A budget past it is a slip of digits or of the suffix, refused by name.
+MAX_BUDGET_TOKENS = 1e16
 UNCALIBRATED_BAND = 0.30  # no published run checks the estimate: a wide band, stated as such
 PHASE_LAYOUT_KEYS = ("tp", "pp", "vpp", "cp", "mbs")
 PHASE_KEYS = ("tokens", "seq_len", "gbs", *PHASE_LAYOUT_KEYS)
@@ -59,6 +62,10 @@ def parse_tokens(text: str | float | int, field_name: str = "tokens") -> float:
                              fix="pass a count such as 15.6T")
     if not value > 0:
         raise MegapilotError(f"must be > 0, not {text!r}", field=field_name, fix="pass a positive count, e.g. 15.6T")
+    if value > MAX_BUDGET_TOKENS:
+        raise MegapilotError(f"{text!r} is {value:.3g} tokens, above {MAX_BUDGET_TOKENS:.0e}, far beyond any published "
+                             "run (Llama 4 Scout: 40T)", field=field_name,
+                             fix="check the count and its suffix (K, M, B, T), e.g. 15.6T")
     return value
 
 
@@ -248,6 +255,10 @@ class BudgetRequest:
                                  fix="pass --tokens 15.6T or --train-iters N")
         if self.train_iters is not None and self.train_iters <= 0:
             raise MegapilotError("must be > 0", field="train_iters", fix="pass --train-iters N with N > 0")
+        if self.train_iters is not None and self.train_iters > MAX_TRAIN_ITERS:
+            raise MegapilotError(f"{self.train_iters:,} is above {MAX_TRAIN_ITERS:,} iterations, far beyond any "
+                                 "published run (T5: 1 million steps)", field="train_iters",
+                                 fix=f"pass --train-iters N with N <= {MAX_TRAIN_ITERS:,}, or the budget as --tokens")
         if self.train_iters is not None and self.rampup is not None:
             # Megatron asserts "expected no batch-size rampup for iteration-based training": the steps asked would
             # not be the steps trained (the warm-up's smaller batches take more of them for the same tokens)

@@ -40,6 +40,9 @@ MAX_SEQ_LENGTH = 33_554_432
 # sequences priced a 45-billion-second step), refused by name.
 MAX_GLOBAL_BATCH = 16_777_216
 MAX_TOKENS_PER_STEP = 68_719_476_736
+# The most training iterations planned: 2^32, thousands of times the longest published runs (T5's 1 million steps,
+# Llama 2's 500,000); 10^21 printed a run of 3 x 10^16 days.
+MAX_TRAIN_ITERS = 4_294_967_296
 
 
 class TrainingSpec(BaseModel):
@@ -62,7 +65,7 @@ class TrainingSpec(BaseModel):
                     "(one fp32 momentum; embeddings, output layer, norms and biases stay on Adam) and cannot use "
                     "the distributed optimizer; dist_muon shards that state layer by layer over data parallel.",
     )
-    train_iters: int = Field(default=100, gt=0, description="--train-iters.")
+    train_iters: int = Field(default=100, gt=0, le=MAX_TRAIN_ITERS, description="--train-iters.")
     lr: float = Field(default=3e-4, gt=0)
     min_lr: float = Field(default=3e-5, ge=0)
     lr_decay_style: LrDecayStyle = "cosine"

@@ -61,6 +61,8 @@ MISTAKES = [
      "gbs"),  # a global batch far beyond any published one: a slip of digits
     (("estimate", "--model", "tiny", "--gpu", "h100", "--gpus", str(10**7), "--gbs", "16", "--seq-len", "128"),
      "gpus"),  # more GPUs than any cluster by far
+    (("estimate", *TINY, "--tokens", "1e40"), "tokens"),  # a budget far beyond any published run
+    (("estimate", *TINY, "--train-iters", str(10**21)), "train_iters"),
     (("estimate", "--batch", "{dir}"), "batch"),
     (("estimate", "--batch", "{bin}"), "batch"),
     # plan
@@ -98,6 +100,7 @@ MISTAKES = [
     (("script", "--plan", "{plan}", "--mock-data", "--entrypoint", "megapilot", "-o", "{missing}/t.sh"),
      "--output"),
     (("script", *TINY, "--tp", "0", "--mock-data"), "tp"),
+    (("script", "--plan", "{plan}", "--mock-data", "--train-iters", str(10**23)), "--train-iters"),
     # run
     (("run", "{missing}.sh"), "script"),
     (("run", "{dir}"), "script"),

@@ -61,3 +61,10 @@ def test_a_global_batch_far_beyond_any_published_one_is_refused_in_sequences_and
     with pytest.raises(ValidationError, match="tokens a step") as caught:  # each in bounds, their product not
         TrainingSpec(seq_length=1_000_000, global_batch_size=1_000_000)
     assert caught.value.errors()[0]["loc"] == ("global_batch_size",)
+
+
+def test_train_iters_far_beyond_any_published_run_are_refused():
+    assert TrainingSpec(seq_length=8, global_batch_size=1, train_iters=1_000_000).train_iters == 1_000_000
+    with pytest.raises(ValidationError) as caught:
+        TrainingSpec(seq_length=8, global_batch_size=1, train_iters=10**21)
+    assert caught.value.errors()[0]["loc"] == ("train_iters",)
