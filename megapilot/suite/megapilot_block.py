@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from megapilot.execute.base import DEFAULT_BLOCKED_IN_QUEUE_S
 from megapilot.execute.registry import executor_names
 from megapilot.execute.slurm import MIN_LEASE_S
+from megapilot.spec.hardware import MAX_GPUS
 from megapilot.suite.config_schema import (
     MAX_GPUS_PER_NODE,
     MAX_HANG_FACTOR,
@@ -96,6 +97,15 @@ class MegapilotBlock(_Forbid):
             raise ValueError(f"must be 0 (no lease) or at least {MIN_LEASE_S:g} s, long enough to renew the lease "
                              f"over a shared file system")
         return lease_s
+
+    @field_validator("gpus_per_node")
+    @classmethod
+    def _cluster_within_reason(cls, per_node: int | None, info: ValidationInfo) -> int | None:
+        nodes = info.data.get("nodes")
+        if per_node and nodes and nodes * per_node > MAX_GPUS:  # each within its bound, their product not
+            raise ValueError(f"{nodes:,} nodes x {per_node} GPUs is {nodes * per_node:,} GPUs, above the "
+                             f"{MAX_GPUS:,} a plan may have; check nodes and gpus_per_node for extra digits")
+        return per_node
 
     @field_validator("executor")
     @classmethod

@@ -55,6 +55,8 @@ def test_bounds_and_unknown_keys() -> None:
                 {"backend": "nemo"}, {"device": "tpu"}, {"gpu_count": 3}):
         _error(bad)
     assert MegapilotBlock(nodes=2, gpus_per_node=64, hang_factor=1.5).gpus_per_node == 64
+    _error({"nodes": 20_000, "gpus_per_node": 64})  # each in bounds, 1,280,000 GPUs together: more than a plan has
+    assert MegapilotBlock(nodes=16_384, gpus_per_node=64).nodes == 16_384  # 1,048,576 GPUs
 
 
 def test_the_hang_window_names_each_number_and_where_it_came_from() -> None:
