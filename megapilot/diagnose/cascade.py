@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from megapilot.diagnose.findings import Finding, Fix
+from megapilot.diagnose.stopped import megapilot_stop
 from megapilot.logs.records import ErrorRecord, Evidence
 
 #: Categories that name their own cause (rule 1, rank 0).
@@ -217,7 +218,10 @@ _AGENT_SIGNAL_RE = re.compile(r"SignalException: Process \d+ got signal:?\s*(\d+
 def _what(record: ErrorRecord, records: list[ErrorRecord]) -> str:
     kind = failure_kind(record)
     if (stopped := _AGENT_SIGNAL_RE.search(record.text)) is not None:  # not a crash: the job was stopped
-        return f"stopped by {_signal_name(int(stopped.group(1)))} from outside (torchrun's agent received it)"
+        sent = _signal_name(int(stopped.group(1)))
+        if (stop := megapilot_stop(record.file)) is not None:  # by megapilot, as the job's record says
+            return f"stopped by megapilot with {sent} ({stop.why}; torchrun's agent received it)"
+        return f"stopped by {sent} from outside (torchrun's agent received it)"
     if "save_started" in record.details:  # a crash inside a checkpoint save's time window
         return f"{_killed(records)} during the checkpoint save started at {record.details['save_started']}"
     if kind == "killed":

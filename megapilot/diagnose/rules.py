@@ -74,6 +74,7 @@ from megapilot.diagnose.options import (
 )
 from megapilot.diagnose.refusal import changes_named_in
 from megapilot.diagnose.step_change import JUMP_WINDOW, StepChange, find_step_change
+from megapilot.diagnose.stopped import megapilot_stop
 from megapilot.estimate.coverage import band_for
 from megapilot.logs.collect import HANG_FACTOR, HANG_FLOOR_S, ParsedLog
 from megapilot.logs.framework import takes_megatron_flags
@@ -778,6 +779,12 @@ def _slurm_cancelled(records: list[ErrorRecord], cancelled: ErrorRecord, severit
                  "problem, not the training.")
         fixes = [Fix("add", f"scontrol show node {node}", None, "the node's state and reason", kind="command"),
                  Fix("set", "#SBATCH --exclude", node, "keep the next run off that node", kind="command"), history]
+    elif not reason and (stop := megapilot_stop(cancelled.file)) is not None:  # megapilot's own scancel
+        cause = (f"megapilot cancelled job {job} itself ({stop.why}); {node} reported it, not a failure of its own. "
+                 f"{stop.advice}")
+        fixes = [*(_hang_fixes() if stop.state == "HUNG" else []), history]
+        return Finding("process_crash", severity, f"megapilot cancelled the job: {stop.why}", _evidence(records),
+                       cause, fixes, occurrences=len(records))
     else:
         cause = (f"Job {job} was cancelled on {node}{f' due to {reason.lower()}' if reason else ''}: by scancel (a "
                  "user, an administrator or a workflow tool), not by a failure of the training.")
@@ -891,6 +898,15 @@ def _stopped_by_signal(records: list[ErrorRecord], raised: ErrorRecord, severity
     found = _GOT_SIGNAL.search(raised.text)
     number = int(found.group(1)) if found else None
     signal = _SIGNAL_NAMES.get(number, f"signal {number}") if number is not None else "a signal"
+    stop = megapilot_stop(raised.file)
+    if stop is not None:  # megapilot sent it: the job's record says so, and why
+        cause = (f"megapilot stopped this job itself ({stop.why}): it sent {signal} to the job's processes and "
+                 f"torchrun's agent stopped its training processes; nothing on this node failed on its own. "
+                 f"{stop.advice}")
+        fixes = _hang_fixes() if stop.state == "HUNG" else []
+        return Finding("process_crash", "warning" if severity == "error" else severity,
+                       f"Stopped by megapilot with {signal}{_ranks(records)}: {stop.why}", _evidence(records), cause,
+                       fixes, occurrences=len(records))
     cause = (f"torchrun's agent received {signal} and stopped its training processes: the job was ended from "
              "outside, not by a failure on this node. SLURM sends SIGTERM at scancel, a time limit or a preemption; "
              "a multi-node launcher stops the other nodes the same way once one node's rank failed. The first error "

@@ -239,6 +239,7 @@ class LocalExecutor(JobFollower[_LocalJob]):
     def _stop(self, job: _LocalJob, state: JobState, reason: str) -> None:
         """Stop the job's whole tree for `state` (HUNG, TIMEOUT, CANCELLED), then settle it."""
         job.stop_cause = (state, reason)
+        job.record.stop_sent_at = utc_now()  # diagnose tells this stop from one by others
         job.watch.stop(job.spec.stop_grace_s)
         try:
             exit_code = job.process.wait(timeout=5.0)

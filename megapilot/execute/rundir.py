@@ -98,6 +98,10 @@ class JobRecord(BaseModel):
     submitted_at: datetime
     started_at: datetime | None = None
     ended_at: datetime | None = None
+    stop_sent_at: datetime | None = Field(
+        default=None, description="When megapilot began stopping the job itself (its hang window, its wall-clock "
+                                  "limit, a cancel, Ctrl-C or a signal to megapilot: status says which); null when "
+                                  "the job ended on its own or something else stopped it.")
     status: JobStatus
 
 

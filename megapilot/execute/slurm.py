@@ -630,6 +630,7 @@ class SlurmExecutor(JobFollower[_SlurmJob]):
         """scancel the job for `state` (HUNG, TIMEOUT, CANCELLED; FAILED: blocked in the queue) and wait until it
         left the queue."""
         job.stop_cause = (state, reason)
+        job.record.stop_sent_at = utc_now()  # diagnose tells this stop from one by others
         self.client.cancel(job.handle.job_id)
         deadline_s = time.monotonic() + self.cancel_wait_s
         slurm = None

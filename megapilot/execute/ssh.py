@@ -431,6 +431,7 @@ class SshExecutor(JobFollower[_SshJob]):
     def _stop(self, job: _SshJob, state: JobState, reason: str, exit_code: int | None = None) -> None:
         """Stop every node's part of the job for `state`, then settle it."""
         job.stop_cause = (state, reason)
+        job.record.stop_sent_at = utc_now()  # diagnose tells this stop from one by others
         self._finish(job, exit_code=exit_code)
 
     def _finish(self, job: _SshJob, exit_code: int | None) -> None:

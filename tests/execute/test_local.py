@@ -54,6 +54,7 @@ def test_job_reaching_final_iteration_completes_with_its_files(tmp_path):
     assert result.logs == [handle.job_dir / "out-node0" / "training.log"]
     record = json.loads((handle.job_dir / "job.json").read_text())
     assert record["status"]["state"] == "COMPLETED" and record["ended_at"] is not None
+    assert record["stop_sent_at"] is None  # it ended on its own: nothing of megapilot's stopped it
     assert (handle.job_dir / "launch.sh").exists()
     port = int(log.split("MASTER_PORT=")[1].split()[0])
     assert port == record["master_port"] and port != 29500
@@ -116,6 +117,8 @@ def test_silent_job_is_hung_and_its_whole_tree_stopped(tmp_path):
     pids = recorded_pids(handle.job_dir)
     assert len(pids) == 3  # the printer and both children were seen
     assert_all_gone(pids)
+    # megapilot's own stop is recorded, so that diagnose tells it from a SIGTERM sent by others
+    assert json.loads((handle.job_dir / "job.json").read_text())["stop_sent_at"] is not None
 
 
 def test_no_iteration_within_startup_allowance_is_a_hang(tmp_path):
@@ -137,6 +140,7 @@ def test_wall_clock_limit_ends_in_timeout(tmp_path):
     _, handle, result = run(job)
     assert result.state is JobState.TIMEOUT and "wall-clock limit of 0.6 s" in result.reason
     assert_all_gone(recorded_pids(handle.job_dir))
+    assert json.loads((handle.job_dir / "job.json").read_text())["stop_sent_at"] is not None
 
 
 def test_cancel_stops_the_job(tmp_path):

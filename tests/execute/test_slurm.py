@@ -23,6 +23,7 @@ from megapilot.errors import MegapilotError
 from megapilot.execute.base import HangPolicy, JobSpec, JobState
 from megapilot.execute.process import free_port
 from megapilot.execute.remote import NodeLogs
+from megapilot.execute.rundir import read_job_record
 from megapilot.execute.slurm import (
     LEASE_EXPIRED_MARK,
     JobLeases,
@@ -271,6 +272,7 @@ def test_scancel_from_outside_is_cancelled_with_its_reason(slurm_two_runnable_no
     result = executor.wait(handle, poll_interval_s=0.2)
     assert result.state is JobState.CANCELLED
     assert "cancelled in SLURM" in result.reason
+    assert read_job_record(handle.job_dir).stop_sent_at is None  # not megapilot's stop: diagnose says so
 
 
 @pytest.mark.slow
@@ -285,6 +287,7 @@ def test_a_job_that_stops_printing_iterations_is_hung_and_scancelled(slurm_two_r
     queue = slurm_two_runnable_nodes.run("squeue", "-h", "-j", handle.job_id, "-o", "%T").stdout.strip()
     assert queue == "", f"job still queued as {queue}"
     assert slurm_two_runnable_nodes.final_state(handle.job_id) == "CANCELLED"
+    assert read_job_record(handle.job_dir).stop_sent_at is not None  # megapilot's own scancel, recorded
 
 
 @pytest.mark.slow

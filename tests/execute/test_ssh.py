@@ -219,6 +219,7 @@ def test_a_silent_job_is_hung_and_stopped_on_every_node(loopback_sshd, tmp_path)
     result = executor.wait(handle, poll_interval_s=0.1)
     assert result.state is JobState.HUNG and "after iteration 1/5" in result.reason
     assert marked_alive(handle.job_dir) == []
+    assert json.loads((handle.job_dir / "job.json").read_text())["stop_sent_at"] is not None
 
 
 ECHO_ARGS = "import os, sys; print('ARGS', sys.argv[1:]); print('VALUE', repr(os.environ['TRICKY']))"
