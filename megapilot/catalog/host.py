@@ -16,6 +16,9 @@ bandwidth (its "HBM"), and what gloo moves between local ranks. They are measure
                 element-wise ops write (`GPUSpec.host_element_s`): one thread runs those per element, well below
                 the memory's stream rate, so a CPU's element-wise work is priced by the elements the trainer's ops
                 write (`estimate.host_ops`), not by the bytes a GPU's fused kernels move
+    runtime     the probe process's peak resident memory with the tiny model trained: Python, torch and
+                Megatron-Core, a rank's memory overhead in place of a GPU's CUDA context (`GPUSpec.host_runtime_gib`;
+                kept at the larger of two measurements, as what a run will hold)
     gloo        collectives between ranks of one machine go through shared memory over loopback: modelled
                 as memory-bandwidth-bound, each byte written and read by the sender and the receiver
                 (GLOO_MEMORY_PASSES copies), so the link rate is memory bandwidth / GLOO_MEMORY_PASSES
@@ -86,7 +89,7 @@ def cache_path() -> Path:
     return folder / f"host-cpu-{machine}.json"
 
 
-RATE_KEYS = ("matmul_tflops_one_thread", "memory_tbps", "ops_per_s", "elements_per_s")
+RATE_KEYS = ("matmul_tflops_one_thread", "memory_tbps", "ops_per_s", "elements_per_s", "runtime_gib")
 OP_PROBE_TIMEOUT_S = 300.0
 
 
@@ -130,7 +133,7 @@ def _op_rates() -> dict[str, float]:
         raise _op_probe_failed(str(exc)) from None
     try:
         measured = json.loads(done.stdout.strip().splitlines()[-1])
-        return {key: float(measured[key]) for key in ("ops_per_s", "elements_per_s")}
+        return {key: float(measured[key]) for key in ("ops_per_s", "elements_per_s", "runtime_gib")}
     except (ValueError, KeyError, IndexError, TypeError):
         raise _op_probe_failed((done.stderr.strip().splitlines() or ["no output"])[-1]) from None
 
@@ -180,6 +183,7 @@ def host_spec(rates: dict[str, float], ranks_per_node: int | None = None) -> GPU
         scaleout_bw_gbps=gloo_gbps, host_link_gbps=HOST_LINK_GBPS,
         host_op_s=rank_op_s(rates, cores, ranks_per_node),
         host_element_s=rank_op_s(rates, cores, ranks_per_node, "elements_per_s"),
+        host_runtime_gib=rates["runtime_gib"],
         source=f"measured on this machine: fp32 matmul {MATMUL_N}^3 (torch, one thread per rank), a {COPY_MIB} MiB "
                f"copy, one op's and one element-wise element's cost (the trainer's model, one thread); gloo between "
                f"local ranks modelled as memory-bandwidth-bound (/{GLOO_MEMORY_PASSES:g})",

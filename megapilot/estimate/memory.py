@@ -22,7 +22,8 @@ Two modes:
     weights; FP8 and MXFP8 on NVIDIA with a sharded optimizer keep the weights only in FP8
     (`--fp8-param-gather`, as `script` and the Bridge fp8_cs / fp8_mx presets run), no bf16 copy;
   * an overhead allowance: CUDA context + workspaces (1 GiB), NCCL buffers (0.25 GiB per
-    communicator in use), allocator fragmentation (10 % of activations).
+    communicator in use), allocator fragmentation (10 % of activations); on a CPU rank, its process's runtime
+    instead (Python, torch and Megatron-Core resident before the model: `GPUSpec.host_runtime_gib`, measured).
 
 Bytes per parameter (bf16 params, fp32 main grads, fp32 master + Adam m, v): 2 + 4 + 12; gradients
 take 2 bytes with `main_grad_bytes=2` (bf16 gradient buffers, as NeMo's performance recipes use).
@@ -677,8 +678,11 @@ def _mtp_activation_bytes(model: ModelSpec, p: ParallelConfig, tokens: float) ->
     return model.mtp_num_layers * (mtp_layer + _logits_bytes(model, p, tokens) + 4 * model.hidden_size * tokens / p.tp)
 
 
-def overhead_gib(parallel: ParallelConfig, activations: float) -> float:
-    """CUDA context + NCCL buffers per communicator in use + allocator fragmentation, GiB."""
+def overhead_gib(parallel: ParallelConfig, activations: float, host_runtime_gib: float = 0.0) -> float:
+    """CUDA context + NCCL buffers per communicator in use + allocator fragmentation, GiB; a CPU rank's process
+    runtime where it is given (no CUDA context, NCCL or caching allocator there)."""
+    if host_runtime_gib:
+        return host_runtime_gib
     p = parallel
     groups = sum(size > 1 for size in (p.tp, p.pp, p.cp, p.dp, p.ep))
     return CUDA_CONTEXT_GIB + NCCL_BUFFER_GIB_PER_GROUP * groups + FRAGMENTATION_FRACTION * activations
@@ -747,22 +751,24 @@ def memory_per_gpu(
     megatron_formula: bool = False,
     main_grad_bytes: int = MAIN_GRAD_BYTES,
     architecture: str | None = None,
+    host_runtime_gib: float = 0.0,
 ) -> MemoryBreakdown:
     """Memory of the most-loaded GPU (GiB), default mode or Megatron's formula (see module doc).
 
     `main_grad_bytes`: 4 for fp32 gradient buffers (Megatron's default with bf16), 2 when gradients
     are kept and reduced in bf16 (`--grad-reduce-in-bf16`, NeMo performance recipes). `architecture`: the GPU's,
     which decides how many quantised weight copies a low-precision recipe keeps (needed with one).
+    `host_runtime_gib`: a CPU rank's process runtime, its overhead (`GPUSpec.host_runtime_gib`).
     """
     if megatron_formula:
         return _megatron_memory(model, training, parallel, capacity_gib)
-    return _most_loaded(model, training, parallel, capacity_gib, main_grad_bytes, architecture)
+    return _most_loaded(model, training, parallel, capacity_gib, main_grad_bytes, architecture, host_runtime_gib)
 
 
 @lru_cache(maxsize=8192)
 def _most_loaded(
     model: ModelSpec, training: TrainingSpec, parallel: ParallelConfig, capacity_gib: float, main_grad_bytes: int,
-    architecture: str | None,
+    architecture: str | None, host_runtime_gib: float = 0.0,
 ) -> MemoryBreakdown:
     """Cached: the planner checks a layout's memory first and its estimate asks again for the same layout."""
     p = parallel
@@ -770,7 +776,7 @@ def _most_loaded(
     statics = _static_gib_by_stage(model, training, p, stages, main_grad_bytes, architecture)
     activations = _activation_bytes_by_stage(model, training, p, stages)
     # totals first, in MemoryBreakdown.total_gib's order, and a breakdown for the heaviest rank only
-    totals = _stage_totals_gib(p, training, stages, statics, activations)
+    totals = _stage_totals_gib(p, training, stages, statics, activations, host_runtime_gib)
     heaviest = max(range(len(stages)), key=lambda index: (totals[index], -index))
     weights, gradients, optimizer = statics[heaviest]
     stage_activations = _peak_activations_gib(p, training, stages[heaviest], activations[heaviest])
@@ -779,7 +785,7 @@ def _most_loaded(
         gradients_gib=gradients,
         optimizer_gib=optimizer,
         activations_gib=stage_activations,
-        overhead_gib=overhead_gib(p, stage_activations),
+        overhead_gib=overhead_gib(p, stage_activations, host_runtime_gib),
         capacity_gib=capacity_gib,
         stage=stages[heaviest],
     )
@@ -800,11 +806,13 @@ def memory_by_stage(
 
 def _stage_totals_gib(p: ParallelConfig, training: TrainingSpec, stages: tuple[int, ...],
                       statics: tuple[tuple[float, float, float], ...],
-                      activations: tuple[tuple[float, float, float], ...]) -> list[float]:
+                      activations: tuple[tuple[float, float, float], ...], host_runtime_gib: float = 0.0
+                      ) -> list[float]:
     totals = []
     for stage, (weights, gradients, optimizer), parts in zip(stages, statics, activations, strict=True):
         stage_activations = _peak_activations_gib(p, training, stage, parts)
-        totals.append(weights + gradients + optimizer + stage_activations + overhead_gib(p, stage_activations))
+        totals.append(weights + gradients + optimizer + stage_activations
+                      + overhead_gib(p, stage_activations, host_runtime_gib))
     return totals
 
 

@@ -117,6 +117,11 @@ class GPUSpec(BaseModel):
         description="Seconds each element written by an element-wise op costs the host thread where it runs them "
                     "(a CPU rank: per element, not per byte of memory traffic); 0 where element-wise work is "
                     "memory-bound on the device (a GPU: its HBM bandwidth).")
+    host_runtime_gib: float = Field(
+        default=0.0, ge=0,
+        description="Resident memory of a CPU rank's process before its model (Python, torch, Megatron-Core), "
+                    "GiB: its memory overhead in place of a GPU's CUDA context, NCCL buffers and allocator "
+                    "fragmentation; 0 on a GPU.")
     source: str = Field(default="", description="Where the numbers come from.")
 
     @property

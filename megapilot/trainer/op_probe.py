@@ -16,6 +16,9 @@ several times a copy), well below the memory's stream rate. So their cost is mea
 where they do work: the pass's time less its GEMMs (timed inside them) and its ops, over the elements they write
 (`elements_per_s`; the mix of the trainer's own layer, at its own proportions).
 
+And what the process holds before a model of any size (`runtime_gib`): Python, torch, Megatron-Core and a process
+group, resident; a CPU rank's memory overhead, where a GPU has its CUDA context and NCCL buffers.
+
 Run in a process of its own: it makes a one-rank process group and Megatron's parallel state, and the CPU mode
 patches torch for the whole process.
 """
@@ -23,6 +26,7 @@ patches torch for the whole process.
 from __future__ import annotations
 
 import json
+import resource
 import sys
 import time
 from collections.abc import Callable
@@ -96,6 +100,7 @@ class HostOpRates:
     ops_per_micro_batch: int  # the probe's own model: what the op rate was timed over
     ops_per_s: float
     elements_per_s: float
+    runtime_gib: float  # the process's peak resident memory with the tiny model trained: its runtime, the model none
 
 
 def measure() -> HostOpRates:
@@ -110,6 +115,7 @@ def measure() -> HostOpRates:
         init_model_parallel(config)
         (tiny_model,) = build_model(config, vocab_size_padded=PROBE_VOCAB, on_gpu=False)
         tiny = _timed(tiny_model, 1, config.seq_length)
+        runtime_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30  # KiB on Linux
         best_s = float("inf")
         for _ in range(REPEATS):
             started = time.perf_counter()
@@ -123,7 +129,7 @@ def measure() -> HostOpRates:
         # a busy machine can time the larger pass no slower than the smaller: the rate is then capped, not infinite
         extra_s = max(large_s - small_s, (large.elements - small.elements) / ELEMENTS_PER_S_CEILING)
         return HostOpRates(ops_per_micro_batch=tiny.ops, ops_per_s=tiny.ops / best_s,
-                           elements_per_s=(large.elements - small.elements) / extra_s)
+                           elements_per_s=(large.elements - small.elements) / extra_s, runtime_gib=runtime_gib)
     finally:
         torch.distributed.destroy_process_group()
 

@@ -26,7 +26,7 @@ def test_the_cpu_is_measured_once_and_read_from_the_cache_after(cache):
     assert path.parent == cache and path.is_file()
     # the cache is what a later call reads (written here with rates no probe would give)
     path.write_text(json.dumps({"matmul_tflops_one_thread": 61.0, "memory_tbps": 4.5, "ops_per_s": 2e5,
-                                "elements_per_s": 1e9}))
+                                "elements_per_s": 1e9, "runtime_gib": 0.4}))
     assert host.host_cpu().bf16_dense_tflops == 61.0
     # measuring again replaces it
     assert host.host_cpu(remeasure=True).bf16_dense_tflops < 50
@@ -54,7 +54,8 @@ def test_a_figure_measured_on_a_busy_machine_heals_when_it_is_measured_again(cac
 
     path = host.cache_path()
     fresh = host.host_cpu(remeasure=True).bf16_dense_tflops
-    low = {"matmul_tflops_one_thread": fresh / 1000, "memory_tbps": 1e-6, "ops_per_s": 1.0, "elements_per_s": 1.0}
+    low = {"matmul_tflops_one_thread": fresh / 1000, "memory_tbps": 1e-6, "ops_per_s": 1.0, "elements_per_s": 1.0,
+           "runtime_gib": 0.4}
     path.write_text(json.dumps(low | {"measured_at": time.time()}))  # recent: used as it is
     assert host.host_cpu().bf16_dense_tflops == pytest.approx(fresh / 1000)
     path.write_text(json.dumps(low | {"measured_at": time.time() - host.REFRESH_S - 1}))  # stale: taken again
@@ -78,7 +79,7 @@ def test_a_rank_computes_with_the_threads_the_ranks_beside_it_leave():
 def test_each_rank_pays_one_ops_cost_and_more_where_ranks_outnumber_cores():
     """An op runs on its rank's one thread: two ranks on two cores each pay the one-thread cost; eight share them.
     An element of element-wise work likewise."""
-    rates = {"ops_per_s": 2e5, "elements_per_s": 1e9}
+    rates = {"ops_per_s": 2e5, "elements_per_s": 1e9, "runtime_gib": 0.4}
     assert host.rank_op_s(rates, 2, 1) == host.rank_op_s(rates, 2, 2) == pytest.approx(5e-6)
     assert host.rank_op_s(rates, 2, 8) == pytest.approx(2e-5)
     assert host.rank_op_s(rates, 2, 8, "elements_per_s") == pytest.approx(4e-9)
@@ -105,7 +106,8 @@ def test_an_estimate_on_the_cpu_prices_each_rank_at_its_share_of_the_machine(cac
     from megapilot.estimate import build_case
 
     host.cache_path().write_text(json.dumps({"matmul_tflops_one_thread": 0.11, "memory_tbps": 0.03,
-                                             "ops_per_s": 2e5, "elements_per_s": 1e9, "measured_at": 4e9}))
+                                             "ops_per_s": 2e5, "elements_per_s": 1e9, "runtime_gib": 0.4,
+                                             "measured_at": 4e9}))
     lone = build_case(model="tiny", gpu="cpu", gpus=1, seq_len=128, gbs=8, mbs=1)
     pair = build_case(model="tiny", gpu="cpu", gpus=2, seq_len=128, gbs=8, mbs=1)
     assert lone.cluster.gpu.bf16_dense_tflops == pair.cluster.gpu.bf16_dense_tflops == 0.11

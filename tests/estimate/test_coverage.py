@@ -214,7 +214,7 @@ def test_a_cpu_gets_no_interval_from_the_gpus_errors_and_says_what_paces_it():
     from megapilot.estimate.coverage import band_for, coverage_for
 
     cpu = host_spec({"matmul_tflops": 0.2, "matmul_tflops_one_thread": 0.1, "memory_tbps": 0.01, "ops_per_s": 2e5,
-                     "elements_per_s": 1e9})
+                     "elements_per_s": 1e9, "runtime_gib": 0.4})
     model = get_model("tiny")
     coverage = coverage_for(model, cpu, "bf16")
     assert coverage.host_paced and coverage.needs_caveat and band_for(model, cpu, "bf16") is None

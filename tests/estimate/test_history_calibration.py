@@ -176,7 +176,7 @@ def test_a_calibrated_estimate_keeps_the_published_runs_caveat_beside_the_uncali
     monkeypatch.setenv(host.CACHE_ENV, str(tmp_path))
     host.cache_path().write_text(json.dumps({"matmul_tflops": 0.2, "matmul_tflops_one_thread": 0.1,
                                              "memory_tbps": 0.03, "ops_per_s": 2e5, "elements_per_s": 1e9,
-                                             "measured_at": 4e9}))
+                                             "runtime_gib": 0.4, "measured_at": 4e9}))
     case = build_case(model="tiny", gpu="cpu", gpus=2, seq_len=128, gbs=8, mbs=1)
     result = estimate(case.model, case.cluster, case.training, case.parallel)
     assert result.calibration in result.warnings  # uncalibrated: the caveat is a warning

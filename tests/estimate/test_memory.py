@@ -525,3 +525,21 @@ def test_deepseek_v4s_up_projection_recompute_drops_only_what_its_attention_keep
     v4 = get_model("deepseek-v4-flash")
     dropped = recomputed_bytes_per_token(v4, 0, 1, False, 1, 2.0, frozenset({"mla_up_proj"}))
     assert dropped == 2 * 64 * 512 + 2 * 512
+
+
+def test_a_cpu_ranks_overhead_is_its_process_runtime_not_a_cuda_context():
+    """On a CPU rank there is no CUDA context, NCCL buffer or caching allocator: its overhead is the runtime its
+    process holds (measured by the op probe), and the total is what its resident memory is compared with."""
+    from megapilot.catalog.host import host_spec
+    from megapilot.estimate import build_case, estimate
+
+    case = build_case(model="tiny", gpu="h100", gpus=2, seq_len=128, gbs=8, mbs=1)
+    gpu_overhead = estimate(case.model, case.cluster, case.training, case.parallel).memory_gib.overhead
+    assert gpu_overhead >= 1.0  # the CUDA context alone
+    cpu = host_spec({"matmul_tflops_one_thread": 0.1, "memory_tbps": 0.02, "ops_per_s": 1e5, "elements_per_s": 1e9,
+                     "runtime_gib": 0.4}, ranks_per_node=2)
+    cluster = case.cluster.model_copy(update={"gpu": cpu})
+    memory = estimate(case.model, cluster, case.training, case.parallel).memory_gib
+    assert memory.overhead == 0.4
+    assert memory.total == pytest.approx(memory.weights + memory.gradients + memory.optimizer + memory.activations
+                                         + 0.4, abs=0.01)  # each figure rounded to 0.01 GiB
