@@ -98,9 +98,12 @@ def calibrated_prediction(plan: SavedPlan, cluster: ClusterSpec, result: Estimat
                                   microbatches=key.microbatches)
     step_s = calibration.step_time_s
     note = "" if calibration.applied else ("uncalibrated: " + calibration.reason if runs else "")
+    # a CPU rank's "peak" is its one-thread matmul rate, a pricing input, not a datasheet figure a measured run's
+    # MFU is ever taken against (metrics.py: no GPU, no MFU): neither side states one
+    mfu_pct = None if cluster.gpu.architecture == "cpu" else round(result.mfu * 100 / factor, 2)
     return Prediction(
         step_time_ms=round(step_s * 1000, 3), tokens_per_s_per_gpu=round(result.tokens_per_s_per_gpu / factor, 2),
-        tflops_per_gpu=round(result.tflops_per_gpu / factor, 4), mfu_pct=round(result.mfu * 100 / factor, 2),
+        tflops_per_gpu=round(result.tflops_per_gpu / factor, 4), mfu_pct=mfu_pct,
         memory_gib=round(result.memory_gib.total, 2), capacity_gib=round(result.memory_gib.capacity, 2), note=note,
         device=cluster.gpu.name, family=family_of(plan.model), components_ms=_ms(calibrated),
         uncalibrated_step_time_ms=round(result.step_time_s * 1000, 3),

@@ -92,7 +92,7 @@ def test_a_step_writes_eleven_elements_a_parameter():
 
 def _cpu(ops_per_s: float, elements_per_s: float = 1e9):
     return host_spec({"matmul_tflops_one_thread": 0.1, "memory_tbps": 0.02, "ops_per_s": ops_per_s,
-                      "elements_per_s": elements_per_s}, ranks_per_node=2)
+                      "elements_per_s": elements_per_s, "runtime_gib": 0.4}, ranks_per_node=2)
 
 
 def test_a_cpu_step_pays_its_elements_at_the_measured_rate():

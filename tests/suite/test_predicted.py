@@ -133,3 +133,23 @@ def test_no_warn_when_the_cell_fits_on_a_cpu_suite_or_without_a_plan(tmp_path):
     assert memory_warning(launch.key, launch.plan, suite.gpu) is None  # fits: no line
     assert memory_warning(launch.key, launch.plan, None) is None  # a CPU suite: no GPU to exceed
     assert memory_warning(launch.key, None, suite.gpu) is None  # a cell that did not render
+
+
+def test_a_cpu_cell_predicts_no_mfu_as_its_measurement_has_none():
+    """A CPU rank's peak is the one-thread matmul rate the estimate prices with, not a datasheet figure: the
+    measured side states no MFU (no GPU), so the prediction states none either; a GPU cell keeps its MFU."""
+    from megapilot.catalog.host import host_spec
+    from megapilot.estimate import build_case, estimate
+    from megapilot.spec import SavedPlan
+    from megapilot.suite.predicted import calibrated_prediction
+
+    case = build_case(model="tiny", gpu="h100", gpus=2, seq_len=128, gbs=8, mbs=1)
+    plan = SavedPlan(model=case.model, cluster=case.cluster, training=case.training, parallel=case.parallel)
+    on_gpu = calibrated_prediction(plan, case.cluster, estimate(case.model, case.cluster, case.training,
+                                                                case.parallel), ())
+    assert on_gpu.mfu_pct is not None and on_gpu.mfu_pct > 0
+    cpu = case.cluster.model_copy(update={"gpu": host_spec({
+        "matmul_tflops_one_thread": 0.1, "memory_tbps": 0.02, "ops_per_s": 1e5, "elements_per_s": 1e9,
+        "runtime_gib": 0.4}, ranks_per_node=2)})
+    on_cpu = calibrated_prediction(plan, cpu, estimate(case.model, cpu, case.training, case.parallel), ())
+    assert on_cpu.mfu_pct is None and on_cpu.step_time_ms
