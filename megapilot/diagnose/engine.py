@@ -107,7 +107,8 @@ def diagnose_log(log: ParsedLog, config: RunConfig | None, gpu: GPUSpec | None =
     cascade = build_cascade(cascade_errors(log), log.files)
     findings = lead_with_root(findings, cascade, labels)
     version = recognise_megatron_version(log)
-    findings, release_notes = in_release_names(findings, version)
+    findings, release_notes = in_release_names(findings, version,
+                                               rules_config.parallel if rules_config is not None else None)
     if on_cpu:
         findings = [_without_gpu_fixes(finding) for finding in findings]
     framework = not_megatron_statement(log, any(fix.kind == "config" for f in findings for fix in f.fixes))

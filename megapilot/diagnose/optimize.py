@@ -154,11 +154,11 @@ def optimize(config: RunConfig, *, log: ParsedLog | None = None,
         report.notes.append(f"{len(slower)} change{'s' if len(slower) > 1 else ''} the model predicts slower left "
                             f"out ({', '.join(f'{c.label} {c.gain_pct:+.1f} %' for c in slower[:3])})")
     report.changes = sorted((c for c in changes if c not in slower), key=_rank_key)
-    _in_log_release(report, log)
+    _in_log_release(report, log, config.parallel)
     return report
 
 
-def _in_log_release(report: OptimizeReport, log: ParsedLog | None) -> None:
+def _in_log_release(report: OptimizeReport, log: ParsedLog | None, parallel: ParallelConfig | None) -> None:
     """The changes in the flag names of the release that wrote the log, as diagnose writes its fixes: a flag the
     release spells otherwise is renamed, one it does not have yet says it needs an upgrade (an unknown flag stops
     Megatron's argument parser before the run starts)."""
@@ -167,7 +167,7 @@ def _in_log_release(report: OptimizeReport, log: ParsedLog | None) -> None:
         return
     said: list[str] = []
     for index, change_ in enumerate(report.changes):
-        fixes, notes = fixes_in_release(change_.fixes, version)
+        fixes, notes = fixes_in_release(change_.fixes, version, parallel)
         report.changes[index] = replace(change_, fixes=fixes)
         said += notes
     report.notes += release_note(version) + sorted(set(said))

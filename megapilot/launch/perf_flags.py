@@ -22,7 +22,13 @@ from megapilot.estimate.quantization import keeps_fp8_primary_weights
 from megapilot.launch.megatron_args import FlagTable
 from megapilot.launch.options import LaunchOptions
 from megapilot.launch.sections import ArgSection
-from megapilot.spec import SavedPlan, flex_backend_refusal, flex_dispatcher_refusal, moe_a2a_overlap_refusal
+from megapilot.spec import (
+    ParallelConfig,
+    SavedPlan,
+    flex_backend_refusal,
+    flex_dispatcher_refusal,
+    moe_a2a_overlap_refusal,
+)
 from megapilot.spec.cuda_graphs import CudaGraphs, cuda_graph_refusal, one_word_scope, pads_routing_for_quantization
 from megapilot.spec.validate import KEEP_ALLTOALL
 
@@ -149,9 +155,17 @@ def cuda_graph_sections(plan: SavedPlan, options: LaunchOptions, table: FlagTabl
     if refusal is not None:
         raise MegapilotError(f"CUDA graphs ({graphs.describe()}): {refusal}", field="cuda_graph_scope",
                              fix="change the scope or the layout as it says, or leave --cuda-graph-impl out")
+    return [cuda_graph_section(graphs, plan.parallel, table)]
+
+
+def cuda_graph_section(graphs: CudaGraphs, parallel: ParallelConfig, table: FlagTable) -> ArgSection:
+    """`graphs` in `table`'s release's words, with what Megatron asserts beside them: what `megapilot script` writes,
+    and the words diagnose's and optimize's CUDA-graph changes are said in for a log's release. Whether the model
+    and layout allow the graphs at all is the caller's (`cuda_graph_refusal`); a release that cannot say them is a
+    MegapilotError naming it."""
     scope_flag = table.flags.get("--cuda-graph-scope")
     if "--cuda-graph-modules" not in table.flags and (scope_flag is None or not scope_flag.takes_many):
-        return [_one_word_cuda_graph_section(plan, graphs, table)]
+        return _one_word_cuda_graph_section(parallel, graphs, table)
     section = _cuda_graph_section(graphs)
     whole_iteration = "full_iteration" in graphs.scope
     if whole_iteration and "--cuda-graph-modules" in table.flags:
@@ -161,15 +175,15 @@ def cuda_graph_sections(plan: SavedPlan, options: LaunchOptions, table: FlagTabl
         if graphs.scope:
             scope_name = "--cuda-graph-modules" if "--cuda-graph-modules" in table.flags else "--cuda-graph-scope"
             section.add(scope_name, *graphs.scope)
-    _add_cuda_graph_companions(section, plan, graphs, table)
-    return [section]
+    _add_cuda_graph_companions(section, parallel, graphs, table)
+    return section
 
 
-def _one_word_cuda_graph_section(plan: SavedPlan, graphs: CudaGraphs, table: FlagTable) -> ArgSection:
+def _one_word_cuda_graph_section(parallel: ParallelConfig, graphs: CudaGraphs, table: FlagTable) -> ArgSection:
     """The graphs in a release before core_v0.16.0's lists: one scope word, the implementation named by
     --cuda-graph-impl (core_v0.15) or by --enable-cuda-graph / --external-cuda-graph (core_v0.14)."""
     impl_flag = "--cuda-graph-impl" in table.flags
-    word, refusal = one_word_scope(graphs, plan.parallel, impl_flag=impl_flag)
+    word, refusal = one_word_scope(graphs, parallel, impl_flag=impl_flag)
     if word is None:
         raise MegapilotError(f"Megatron-LM {table.label()} cannot run these CUDA graphs ({graphs.describe()}): "
                              f"{refusal}", field="megatron_version",
@@ -182,7 +196,7 @@ def _one_word_cuda_graph_section(plan: SavedPlan, graphs: CudaGraphs, table: Fla
         section.add("--enable-cuda-graph" if graphs.impl == "local" else "--external-cuda-graph")
     if word != "full":  # the flag's default
         section.add("--cuda-graph-scope", word)
-    _add_cuda_graph_companions(section, plan, graphs, table)
+    _add_cuda_graph_companions(section, parallel, graphs, table)
     return section
 
 
@@ -191,13 +205,14 @@ def _cuda_graph_section(graphs: CudaGraphs) -> ArgSection:
                       "launch each; Transformer Engine's RNG tracker keeps their dropout streams graph-safe")
 
 
-def _add_cuda_graph_companions(section: ArgSection, plan: SavedPlan, graphs: CudaGraphs, table: FlagTable) -> None:
+def _add_cuda_graph_companions(section: ArgSection, parallel: ParallelConfig, graphs: CudaGraphs,
+                               table: FlagTable) -> None:
     """What Megatron asserts beside the graphs, in every release that has the flag."""
     section.add("--te-rng-tracker")
     if "full_iteration" in graphs.scope:  # Megatron asserts it: the check's host sync cannot sit inside the step
         section.add("--no-check-for-nan-in-loss-and-grad")
     pad_flag = "--moe-pad-experts-for-cuda-graph-inference"
-    if graphs.impl == "local" and plan.parallel.ep > 1 and pad_flag in table.flags:  # asserted from core_v0.16.0
+    if graphs.impl == "local" and parallel.ep > 1 and pad_flag in table.flags:  # asserted from core_v0.16.0
         section.add(pad_flag)
 
 

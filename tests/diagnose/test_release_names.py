@@ -6,9 +6,10 @@ from megapilot.diagnose.engine import diagnose_log
 from megapilot.diagnose.findings import Finding, Fix
 from megapilot.diagnose.megatron_version import RecognisedVersion
 from megapilot.diagnose.release_names import in_release_names
-from megapilot.launch.megatron_args import committed_releases
+from megapilot.launch.megatron_args import committed_releases, committed_tables
 from megapilot.logs.collect import parse_text
 from megapilot.logs.records import Evidence
+from megapilot.spec import ParallelConfig
 from tests.diagnose.test_megatron_version import _ITERATION, _arguments_block
 
 
@@ -75,3 +76,41 @@ def test_an_unknown_release_is_said_with_what_the_log_names() -> None:
         "against yours"]
     stated = [n.text for n in diagnose_log(parse_text("megatron-core==0.14.0\n" + oom), None).notes]
     assert "fixes use the flag names of Megatron-LM core_v0.14.0 (told by the log's version line)" in stated
+
+
+def _graphs(impl: str, scope: str) -> list[Fix]:
+    """CUDA graphs as the options propose them (core_v0.16's words)."""
+    return [Fix(action="add", flag="--cuda-graph-impl", value=impl, reason="replay the captured kernels"),
+            Fix(action="add", flag="--cuda-graph-scope", value=scope, reason="what the graphs capture"),
+            Fix(action="add", flag="--te-rng-tracker", value=None, reason="graph-safe random streams")]
+
+
+def test_cuda_graphs_are_said_in_each_releases_own_flags() -> None:
+    """core_v0.14 names the implementation by a switch; core_v0.15 by --cuda-graph-impl with one scope word;
+    core_v0.16 takes the scope as a list."""
+    dense = ParallelConfig(tp=2, pp=1, dp=4)
+    said = {release: [(f.flag, f.value) for f in in_release_names(
+                [_finding(*_graphs("transformer_engine", "attn"))], _version(release), dense)[0][0].fixes]
+            for release in ("core_v0.14.0", "core_v0.15.0", "core_v0.16.0")}
+    assert said["core_v0.14.0"] == [("--external-cuda-graph", None), ("--cuda-graph-scope", "attn"),
+                                    ("--te-rng-tracker", None)]
+    assert said["core_v0.15.0"] == said["core_v0.16.0"] == [
+        ("--cuda-graph-impl", "transformer_engine"), ("--cuda-graph-scope", "attn"), ("--te-rng-tracker", None)]
+    for release, fixes in said.items():  # every flag one that release's parser knows
+        table = next(t for t in committed_tables() if t.release == release)
+        assert all(flag in table.flags for flag, _ in fixes), release
+
+
+def test_cuda_graphs_a_release_cannot_run_say_why() -> None:
+    """A MoE model's router and preprocess graphs are a list of scopes, which core_v0.14 cannot say: the flags stay,
+    marked as needing an upgrade, with the reason."""
+    moe = ParallelConfig(tp=1, pp=1, dp=8, ep=8)
+    [finding], notes = in_release_names([_finding(*_graphs("transformer_engine", "attn moe_router moe_preprocess"))],
+                                        _version("core_v0.14.0"), moe)
+    assert "needs Megatron-LM core_v0.15.0 or newer" in finding.fixes[0].reason
+    assert any("cannot run these CUDA graphs" in note and "one word" in note for note in notes), notes
+    # local graphs under activation recompute: refused by core_v0.14's TransformerConfig
+    recomputed = ParallelConfig(tp=2, pp=1, dp=4, recompute="full")
+    [finding], notes = in_release_names([_finding(*_graphs("local", "full_iteration"))], _version("core_v0.14.0"),
+                                        recomputed)
+    assert finding.fixes[0].flag == "--cuda-graph-impl" and any("--recompute none" in note for note in notes)
