@@ -1400,6 +1400,7 @@ def _stragglers_around(log: ParsedLog, first: IterationRecord) -> tuple[str, lis
     same_file = [r for r in reports if r.evidence.file == first.file]
     after = [r for r in same_file if r.evidence.line > first.line] if same_file else reports
     earlier = [r for r in same_file if r.evidence.line < first.line]
+    which = "--log-straggler reports after the change" if same_file else "latest --log-straggler reports"
     verdict = stragglers_from_reports(after)
     if verdict is None:
         return (": the log's --log-straggler reports all come before the change", [])
@@ -1410,10 +1411,10 @@ def _stragglers_around(log: ParsedLog, first: IterationRecord) -> tuple[str, lis
             f"{was.ranks[0].ratio:.2f}x)" if was is not None else "")
     if slow.ratio > verdict.max_ratio:
         times = sum(report.slowest_rank == slow.index for report in after)
-        return (f". Megatron's --log-straggler reports after the change name {rank} the slowest in {times} of "
+        return (f". Megatron's {which} name {rank} the slowest in {times} of "
                 f"{len(after)}, its GEMMs taking {slow.ratio:.2f}x the fastest rank's{then}: look at that rank's GPU "
                 "and node first", list(slow.evidence[-1:]))
-    return (f". Megatron's --log-straggler reports after the change show no rank standing out (the slowest GEMMs "
+    return (f". Megatron's {which} show no rank standing out (the slowest GEMMs "
             f"{slow.ratio:.2f}x the fastest){then}: the whole job slowed, not one GPU, so the causes below come first",
             list(slow.evidence[-1:]))
 

@@ -194,3 +194,16 @@ def test_a_slowdown_after_the_batch_rampup_is_still_a_trend(tmp_path: Path):
     path.write_text("\n".join(drifting) + "\n")
     (finding,) = step_findings(path)
     assert finding.title.startswith("Step time rose 1.") and "on the fitted trend" in finding.title
+
+
+def test_straggler_reports_in_another_nodes_file_are_the_latest_not_after_the_change(tmp_path: Path):
+    """A multi-node job: rank 0's reports in node 0's log, the iteration lines in the last node's; a report there
+    has no place beside the change, so the finding does not claim it came after it."""
+    merged = write_log(tmp_path / "merged.log", Run(factor=1.3, straggler_from=160)).read_text().splitlines()
+    for node, keep in ((0, lambda line: not line.startswith("[rank15]")), (1, lambda line: line.startswith("[rank1")),):
+        (tmp_path / f"out-node{node}").mkdir()
+        (tmp_path / f"out-node{node}" / "training.log").write_text("\n".join(filter(keep, merged)) + "\n")
+    (tmp_path / "merged.log").unlink()
+    (finding,) = step_findings(tmp_path)
+    assert "Megatron's latest --log-straggler reports name rank 5 the slowest" in finding.cause
+    assert "after the change" not in finding.cause.split("(1)")[1].split("(2)")[0]
