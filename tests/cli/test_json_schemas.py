@@ -49,7 +49,8 @@ def test_gpus(cli, workdir):
                             "fp4_dense_tflops", "mxfp8_dense_tflops", "nvfp4_dense_tflops", "mxfp4_dense_tflops",
                             "hbm_gib", "hbm_bw_tbps", "scaleup_domain_gpus", "gpus_per_node", "scaleup_bw_gbps",
                             "scaleout_bw_gbps", "host_link_gbps", "host_memory_gib", "tdp_w", "mma_flops_per_exp",
-                            "mma_flops_per_smem_byte", "host_op_s", "source", "precisions"}
+                            "mma_flops_per_smem_byte", "host_op_s", "host_element_s", "host_runtime_gib", "source",
+                            "precisions"}
 
 
 def test_models_list_and_one(cli, workdir):
