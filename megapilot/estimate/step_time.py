@@ -1180,7 +1180,8 @@ def step_time(
         mfu=tflops / cluster.gpu.peak_tflops(training.precision),
         bubble_fraction=bubble_s / total_s,
         exposed_comm_fraction=comm_s / total_s,
-        warnings=_warnings(breakdown, total_s, ep_inside_domain=not ep_leaves_domain(cluster, p))
+        warnings=_warnings(breakdown, total_s, ep_inside_domain=not ep_leaves_domain(cluster, p),
+                           fabric=cluster.gpu.scaleup_fabric)
         + ([coverage.statement()] if coverage.needs_caveat else []) + ([MUON_CAVEAT] if training.uses_muon else [])
         + ([CSA_CAVEAT] if model.csa is not None else [DSA_CAVEAT] if model.dsa is not None else []),
         coverage=coverage,
@@ -1192,21 +1193,22 @@ def step_time(
 _STEP_SHARE_WARNINGS = (
     ("pp_bubble", 0.15, "pipeline bubble", ": raise the global batch, use interleaving (--vpp) or lower pp"),
     ("dp_comm", 0.10, "exposed data-parallel communication", ""),
-    ("ep_comm", 0.20, "expert all-to-all", ": keep ep*etp inside the NVLink domain"),
+    ("ep_comm", 0.20, "expert all-to-all", ": keep ep*etp inside the {fabric} domain"),
     ("tp_comm", 0.15, "tensor-parallel communication", ""),
     ("cpu_offload", 0.10, "waiting on activation copies to host memory",
      ": offload fewer layers (--cpu-offloading-num-layers) or recompute some instead"),
 )
 # An expert group already inside the NVLink domain cannot move closer: what is left is hiding its all-to-all.
-_EP_INSIDE_DOMAIN_ADVICE = (": it runs inside the NVLink domain already; --overlap-moe-expert-parallel-comm (with "
+_EP_INSIDE_DOMAIN_ADVICE = (": it runs inside the {fabric} domain already; --overlap-moe-expert-parallel-comm (with "
                             "VPP when pp > 1) hides it behind another micro-batch's compute")
 
 
-def _warnings(breakdown: dict[str, float], total_s: float, *, ep_inside_domain: bool) -> list[str]:
-    """One line per term that takes a larger share of the step than its threshold (a term left out is none)."""
+def _warnings(breakdown: dict[str, float], total_s: float, *, ep_inside_domain: bool, fabric: str) -> list[str]:
+    """One line per term that takes a larger share of the step than its threshold (a term left out is none);
+    `fabric`: the scale-up links' name (`GPUSpec.scaleup_fabric`)."""
     return [
         f"{words} is {breakdown[term] / total_s:.0%} of the step"
-        + (_EP_INSIDE_DOMAIN_ADVICE if term == "ep_comm" and ep_inside_domain else advice)
+        + (_EP_INSIDE_DOMAIN_ADVICE if term == "ep_comm" and ep_inside_domain else advice).format(fabric=fabric)
         for term, threshold, words, advice in _STEP_SHARE_WARNINGS
         if breakdown.get(term, 0.0) > threshold * total_s
     ]

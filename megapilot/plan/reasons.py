@@ -145,7 +145,7 @@ def _hybrid_segments(p: ParallelConfig) -> str:
 def scaleup_fabric(cluster: ClusterSpec) -> str:
     """The name of the links inside the scale-up domain, as the reasons say it: NVLink on NVIDIA GPUs, xGMI
     (Infinity Fabric) on AMD Instinct; an MI355X plan read 'all-to-all inside one NVLink domain'."""
-    return {"NVIDIA": "NVLink", "AMD": "xGMI"}.get(cluster.gpu.vendor, "scale-up")
+    return cluster.gpu.scaleup_fabric
 
 
 def _pct(x: float) -> str:

@@ -128,6 +128,12 @@ class GPUSpec(BaseModel):
     def precisions(self) -> frozenset[str]:
         return ARCH_PRECISIONS[self.architecture]
 
+    @property
+    def scaleup_fabric(self) -> str:
+        """The links inside its scale-up domain, as reasons and warnings name them: NVLink on NVIDIA GPUs, xGMI
+        (Infinity Fabric) on AMD Instinct."""
+        return {"NVIDIA": "NVLink", "AMD": "xGMI"}.get(self.vendor, "scale-up")
+
     def supports(self, precision: Precision) -> bool:
         return precision in self.precisions
 

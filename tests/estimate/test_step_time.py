@@ -539,12 +539,23 @@ def test_the_all_to_all_warning_advises_what_the_layout_can_still_change():
     from megapilot.estimate.step_time import _warnings
 
     breakdown = {"pp_bubble": 0.0, "dp_comm": 0.0, "ep_comm": 3.0, "tp_comm": 0.0}
-    across, = _warnings(breakdown, 10.0, ep_inside_domain=False)
-    inside, = _warnings(breakdown, 10.0, ep_inside_domain=True)
+    across, = _warnings(breakdown, 10.0, ep_inside_domain=False, fabric="NVLink")
+    inside, = _warnings(breakdown, 10.0, ep_inside_domain=True, fabric="NVLink")
     assert across == "expert all-to-all is 30% of the step: keep ep*etp inside the NVLink domain"
     assert inside.startswith("expert all-to-all is 30% of the step: it runs inside the NVLink domain already")
     assert "--overlap-moe-expert-parallel-comm" in inside
-    assert _warnings(breakdown | {"ep_comm": 1.0}, 10.0, ep_inside_domain=False) == []
+    assert _warnings(breakdown | {"ep_comm": 1.0}, 10.0, ep_inside_domain=False, fabric="NVLink") == []
+
+
+def test_the_all_to_all_warning_names_the_gpus_own_scale_up_links():
+    """An AMD Instinct's scale-up domain is xGMI (Infinity Fabric), not NVLink: Mixtral 8x7B at EP 16 on 16 MI300X
+    (two 8-GPU xGMI domains) is told to keep its expert group inside the xGMI domain."""
+    from megapilot.estimate import build_case, estimate
+
+    case = build_case(model="mixtral-8x7b", gpu="mi300x", gpus=16, seq_len=4096, gbs=256, ep=8, tp=2)
+    result = estimate(case.model, case.cluster, case.training, case.parallel)
+    ep_lines = [line for line in result.warnings if line.startswith("expert all-to-all")]
+    assert ep_lines and all("xGMI domain" in line and "NVLink" not in line for line in ep_lines)
 
 
 def test_sparse_attention_pays_its_indexer_at_4k_and_wins_at_64k_with_its_caveat_stated():
