@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from megapilot.catalog.gpus import load_gpus
 from megapilot.errors import MegapilotError
 from megapilot.estimate import LOW_HEADROOM_FRACTION, EstimateOptions, cross_domain_flex_backend
 from megapilot.estimate.coverage import coverage_for
@@ -255,8 +256,6 @@ def _beyond_relaxations(cost: CostModel, outcome: SearchOutcome) -> str:
     is made of and what it takes, not 'a larger GPU' for a footprint many times any GPU's memory."""
     if outcome.smallest_floor is None:
         return "use a larger GPU or a smaller model"
-    from megapilot.catalog.gpus import load_gpus
-
     memory = outcome.smallest_floor[1]
     by_sequence = memory.activations_gib > memory.static_gib
     shorter = f"a much shorter --seq-len (activations are {memory.activations_gib:.0f} GiB of it)"
