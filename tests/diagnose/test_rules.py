@@ -11,6 +11,7 @@ from megapilot.catalog.gpus import get_gpu
 from megapilot.diagnose import diagnose, read_flags, run_config
 from megapilot.diagnose.engine import diagnose_log
 from megapilot.logs import parse_logs, parse_text
+from tests.diagnose.timed_logs import timed_log
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "logs"
 
@@ -663,31 +664,17 @@ def test_a_run_that_loaded_its_weights_is_not_told_to_change_their_init():
     assert "--init-method-std" not in {f.flag for f in diagnose_log(parse_text(scratch), pretrained).findings[0].fixes}
 
 
-def _resume_log(numbers: range, hour: str, loaded: int) -> str:
-    """A job's log that resumed from the checkpoint of iteration `loaded` and logged `numbers` (every 10, 91 s apart)
-    from 00:00 of `hour` (core <= v0.15 lines)."""
-    lines = [f" loading distributed checkpoint from /ckpt at iteration {loaded}\n",
-             f"  successfully loaded checkpoint from /ckpt [ t 1/1, p 1/1 ] at iteration {loaded}\n", "training ...\n"]
-    for step, number in enumerate(numbers, start=1):
-        clock = f"{hour}:{91 * step // 60:02d}:{91 * step % 60:02d}"
-        lines.append(f" [2026-01-01 {clock}] iteration {number:8d}/     200 | "
-                     f"consumed samples: {number * 128:12d} | elapsed time per iteration (ms): 9070.1 | learning rate: "
-                     f"1.500000E-04 | global batch size:   128 | lm loss: {7 - number / 100:.6E} | loss scale: 1.0 | "
-                     "grad norm: 2.345 | number of skipped iterations:   0 | number of nan iterations:   0 |\n")
-    return "".join(lines)
-
-
 def test_a_job_that_resumed_from_a_checkpoint_is_no_stall_and_its_replay_is_progress(tmp_path: Path):
     """A job logged 10-60 and ended; the next job, two hours later, resumed from the checkpoint of iteration 50 and
     logged 60-90. The two hours between the jobs read as 'Stalled 6836 s between iterations 60 and 70', the resume
     as a slow save or a network stall; in one file the same. A job that resumed further back (the checkpoint of 20)
     and is still replaying (30-50) read as 'No progress for ... s after iteration 60' (critical), the highest
     iteration taken for the last one logged. A stall inside one job is still told."""
-    first = _resume_log(range(10, 61, 10), "00", 0)
+    first = timed_log(range(10, 61, 10), "00", loaded=0, train_iters=200)
     (tmp_path / "job1.log").write_text(first)
-    (tmp_path / "job2.log").write_text(_resume_log(range(60, 91, 10), "02", 50))
-    (tmp_path / "jobs.log").write_text(first + _resume_log(range(60, 91, 10), "02", 50))
-    (tmp_path / "replay.log").write_text(first + _resume_log(range(30, 51, 10), "02", 20))
+    (tmp_path / "job2.log").write_text(timed_log(range(60, 91, 10), "02", loaded=50, train_iters=200))
+    (tmp_path / "jobs.log").write_text(first + timed_log(range(60, 91, 10), "02", loaded=50, train_iters=200))
+    (tmp_path / "replay.log").write_text(first + timed_log(range(30, 51, 10), "02", loaded=20, train_iters=200))
     for paths in ([tmp_path / "job1.log", tmp_path / "job2.log"], [tmp_path / "jobs.log"], [tmp_path / "replay.log"]):
         assert "hang" not in [f.category for f in diagnose(paths).findings], paths
     stalled = first.replace("[2026-01-01 00:09:06] iteration       60/", "[2026-01-01 02:09:06] iteration       60/")

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 from megapilot.diagnose import diagnose
+from tests.diagnose.timed_logs import timed_log
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "logs"
 ARGUMENTS_LOG = DATA / "synthetic_megatron_arguments.log"  # rank 0's arguments block, the last rank's iterations
@@ -233,42 +234,23 @@ def test_a_run_from_scratch_with_another_log_interval_is_no_resume(tmp_path: Pat
     assert "mixed_runs" not in _categories([tmp_path / "resumed_job.log"])
 
 
-def _timed_lines(numbers: range, hour: str, *, loaded: int | None = None) -> str:
-    """A Megatron-LM (core <= v0.15) log of iterations `numbers` (log interval 10, 91 s a step interval) from 00:00
-    of `hour`, after the lines a start-up prints: a checkpoint of iteration `loaded` loaded, or none found."""
-    if loaded is None:
-        head = ("WARNING: could not find the metadata file /ckpt/latest_checkpointed_iteration.txt\n"
-                "    will not load any checkpoints and will start from random\n")
-    else:
-        head = (f" loading distributed checkpoint from /ckpt at iteration {loaded}\n"
-                f"  successfully loaded checkpoint from /ckpt [ t 1/1, p 1/1 ] at iteration {loaded}\n")
-    lines = [head, "training ...\n"]
-    for step, number in enumerate(numbers, start=1):
-        clock = f"{hour}:{91 * step // 60:02d}:{91 * step % 60:02d}"
-        lines.append(f" [2026-01-01 {clock}] iteration {number:8d}/     100 | "
-                     f"consumed samples: {number * 128:12d} | elapsed time per iteration (ms): 9070.1 | learning rate: "
-                     f"1.500000E-04 | global batch size:   128 | lm loss: {7 - number / 100:.6E} | loss scale: 1.0 | "
-                     "grad norm: 2.345 | number of skipped iterations:   0 | number of nan iterations:   0 |\n")
-    return "".join(lines)
-
-
 def test_a_resume_from_a_checkpoint_inside_the_first_log_interval_is_a_resume(tmp_path: Path):
     """A run from scratch logs 10-60 (every 10, a checkpoint every 5); two hours later a job resumes from its
     checkpoint of iteration 5 and logs 10-40. Its first line, 10, is the first a run from scratch logs, so it read as
     a second run (`mixed_runs`, iteration 40 logged 2 h apart); its `successfully loaded checkpoint ... at iteration
     5` says it resumed, in two files and in one. A fine-tune loads a checkpoint and says iteration 0: a new run."""
-    (tmp_path / "first.log").write_text(_timed_lines(range(10, 61, 10), "00"))
-    (tmp_path / "resumed.log").write_text(_timed_lines(range(10, 41, 10), "02", loaded=5))
+    (tmp_path / "first.log").write_text(timed_log(range(10, 61, 10), "00"))
+    (tmp_path / "resumed.log").write_text(timed_log(range(10, 41, 10), "02", loaded=5))
     assert "mixed_runs" not in _categories([tmp_path / "first.log", tmp_path / "resumed.log"])
-    (tmp_path / "job.log").write_text(_timed_lines(range(10, 61, 10), "00")
-                                      + _timed_lines(range(10, 41, 10), "02", loaded=5))
+    (tmp_path / "job.log").write_text(timed_log(range(10, 61, 10), "00")
+                                      + timed_log(range(10, 41, 10), "02", loaded=5))
     diagnosis = diagnose([tmp_path / "job.log"])
     assert "mixed_runs" not in [f.category for f in diagnosis.findings]
     assert any("restarted after iteration 60 and resumed at iteration 10" in note.text for note in diagnosis.notes)
 
-    finetune = _timed_lines(range(10, 41, 10), "02", loaded=5).replace("] at iteration 5", "] at iteration 0")
+    finetune = timed_log(range(10, 41, 10), "02", loaded=5).replace("] at iteration 5", "] at iteration 0")
     (tmp_path / "finetune.log").write_text(finetune)
     [first, *_] = diagnose([tmp_path / "first.log", tmp_path / "finetune.log"]).findings
     assert first.category == "mixed_runs" and "iteration 40 logged 2 h apart" in first.cause, first.cause
-    (tmp_path / "finetune_job.log").write_text(_timed_lines(range(10, 61, 10), "00") + finetune)
+    (tmp_path / "finetune_job.log").write_text(timed_log(range(10, 61, 10), "00") + finetune)
     assert _categories([tmp_path / "finetune_job.log"])[0] == "mixed_runs"
