@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from megapilot.compat import tomllib
 from megapilot.errors import MegapilotError, from_validation_error
+from megapilot.spec.hardware import MAX_GPUS
 
 PROFILE_ENV = "MEGAPILOT_PROFILE"
 PROFILE_FILE_NAME = "profile.toml"
@@ -26,7 +27,8 @@ class Profile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     gpu: str | None = Field(default=None, description="GPU name or alias, e.g. H100.")
-    gpus: int | None = Field(default=None, gt=0, description="Total GPUs usually available.")
+    # the bound `plan` and `estimate` hold --gpus to: a value they would refuse is refused when it is saved
+    gpus: int | None = Field(default=None, gt=0, le=MAX_GPUS, description="Total GPUs usually available.")
     gpus_per_node: int | None = Field(default=None, gt=0, description="GPUs per node.")
     data_path: str | None = Field(default=None, description="Megatron --data-path prefix.")
     tokenizer: str | None = Field(default=None, description="Tokenizer model or HF name.")

@@ -82,6 +82,8 @@ MISTAKES = [
     # profile
     (("profile", "show", "--profile", "{bin}"), "--profile"),
     (("profile", "set", "--gpus", "0", "--profile", "{root}/p.toml"), "--gpus"),
+    # a count plan would refuse (spec.hardware.MAX_GPUS) is refused when saved, not when the profile is next used
+    (("profile", "set", "--gpus", "100000000", "--profile", "{root}/p.toml"), "--gpus"),
     (("profile", "set", "--gpu", "no-such-gpu", "--profile", "{root}/p.toml"), "gpu"),
     # script
     (("script", "--plan", "{missing}", "--mock-data"), "--plan"),
