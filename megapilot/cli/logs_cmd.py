@@ -316,10 +316,12 @@ def diagnose_command(
 ) -> None:
     """Find what went wrong in a run: its logs (files, a directory, a glob; any text a failed job left) read as one
     run, the first failure told before its consequences, ranked findings with evidence lines and exact fixes."""
-    from megapilot.cli.common import require_positive
+    from megapilot.cli.common import require_at_most, require_positive
     from megapilot.diagnose import diagnose
+    from megapilot.spec.hardware import MAX_GPUS, MAX_GPUS_REASON
 
     require_positive("--gpus", gpus)
+    require_at_most("--gpus", gpus, MAX_GPUS, MAX_GPUS_REASON)  # the bound plan holds it to
     _check_script(script)
     result = diagnose(files, script=script, flags=flags, gpu=_gpu(gpu), gpus=gpus)
     if not result.findings:
@@ -403,14 +405,16 @@ def optimize_command(
     json_output: JsonFlag = False,
 ) -> None:
     """Rank flag changes by predicted tokens/s gain, against the planner's best layout for the same run."""
-    from megapilot.cli.common import require_positive
+    from megapilot.cli.common import require_at_most, require_positive
     from megapilot.diagnose import read_flags, run_config
     from megapilot.diagnose.engine import parse_for_rules, parse_options_for, with_log_tokenizer
     from megapilot.diagnose.flags import flags_from_log
     from megapilot.diagnose.optimize import optimize
     from megapilot.logs.sources import expand_log_paths, stdin_read_again
+    from megapilot.spec.hardware import MAX_GPUS, MAX_GPUS_REASON
 
     require_positive("--gpus", gpus)
+    require_at_most("--gpus", gpus, MAX_GPUS, MAX_GPUS_REASON)  # the bound plan holds it to
     _check_script(script)
     log_paths = expand_log_paths(log or [], flag="--log")
     with stdin_read_again() if "-" in log_paths else nullcontext():  # the log may be read twice: once for its flags

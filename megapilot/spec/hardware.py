@@ -177,7 +177,7 @@ class GPUSpec(BaseModel):
 # GPUs) and 64 times the largest published Megatron-class job (Llama 3 405B on 16,384 H100s). More is a slip of
 # digits, which the planner would lay out as it does any count (an 8B model over 10^7 GPUs at a fraction of 1 % MFU).
 MAX_GPUS = 1_048_576
-_LARGEST_CLUSTER = "five times the largest cluster built, about 200,000 GPUs"
+MAX_GPUS_REASON = "five times the largest cluster built, about 200,000 GPUs"
 
 
 class ClusterSpec(BaseModel):
@@ -193,7 +193,7 @@ class ClusterSpec(BaseModel):
     def _size_within_reason(self) -> ClusterSpec:
         if self.world_size > MAX_GPUS:
             raise ValueError(f"{self.num_nodes:,} nodes x {self.gpus_per_node:,} GPUs is {self.world_size:,} GPUs, "
-                             f"above {MAX_GPUS:,} ({_LARGEST_CLUSTER}); check the values for extra digits")
+                             f"above {MAX_GPUS:,} ({MAX_GPUS_REASON}); check the values for extra digits")
         return self
 
     @property
@@ -218,7 +218,7 @@ class ClusterSpec(BaseModel):
         if gpus <= 0:
             raise MegapilotError(f"must be positive, got {gpus}", field="gpus", fix="pass --gpus N with N >= 1")
         if gpus > MAX_GPUS:
-            raise MegapilotError(f"{gpus:,} GPUs is above {MAX_GPUS:,} ({_LARGEST_CLUSTER})", field="gpus",
+            raise MegapilotError(f"{gpus:,} GPUs is above {MAX_GPUS:,} ({MAX_GPUS_REASON})", field="gpus",
                                  fix=f"check --gpus for extra digits (at most {MAX_GPUS:,})")
         if gpus < per_node:
             per_node = gpus

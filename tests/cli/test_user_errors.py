@@ -84,6 +84,8 @@ MISTAKES = [
     (("profile", "set", "--gpus", "0", "--profile", "{root}/p.toml"), "--gpus"),
     # a count plan would refuse (spec.hardware.MAX_GPUS) is refused when saved, not when the profile is next used
     (("profile", "set", "--gpus", "100000000", "--profile", "{root}/p.toml"), "--gpus"),
+    (("diagnose", "{log}", "--gpus", "100000000"), "--gpus"),
+    (("optimize", "--log", "{log}", "--gpus", "100000000"), "--gpus"),
     (("profile", "set", "--gpu", "no-such-gpu", "--profile", "{root}/p.toml"), "gpu"),
     # script
     (("script", "--plan", "{missing}", "--mock-data"), "--plan"),
