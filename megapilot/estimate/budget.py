@@ -145,6 +145,10 @@ class BatchRampup:
         if self.start <= 0 or self.increment <= 0 or self.samples <= 0:
             raise MegapilotError("START, INCREMENT and SAMPLES must be > 0", field="rampup_batch_size",
                                  fix="pass e.g. --rampup-batch-size 256 256 1000000")
+        if self.samples > MAX_BUDGET_TOKENS:  # each sample holds a token at least: past any budget priced
+            raise MegapilotError(f"SAMPLES {self.samples:,} is above {MAX_BUDGET_TOKENS:,.0f}, more sequences than "
+                                 "the largest token budget priced has tokens", field="rampup_batch_size",
+                                 fix="check SAMPLES for extra digits (published warm-ups: a few million samples)")
         if self.start >= final_gbs or (final_gbs - self.start) % self.increment:
             raise MegapilotError(
                 f"GBS {final_gbs} - START {self.start} is not a positive multiple of INCREMENT {self.increment}",

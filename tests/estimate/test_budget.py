@@ -126,6 +126,14 @@ def test_a_warm_up_batch_the_layout_cannot_split_is_refused_naming_the_warm_up_n
     assert refused.value.field == "rampup_batch_size"
 
 
+def test_a_warm_up_longer_than_any_budget_is_refused_naming_its_samples():
+    """10^20 samples (a slip of digits) would have priced a run that never leaves its warm-up."""
+    with pytest.raises(MegapilotError, match="SAMPLES") as refused:
+        BatchRampup(16, 16, 10**20).levels(64)
+    assert refused.value.field == "rampup_batch_size"
+    assert BatchRampup(16, 16, 10**7).levels(64)  # a published warm-up's size stands
+
+
 def test_bad_budgets_are_refused():
     training = TrainingSpec(seq_length=1024, global_batch_size=64)
     with pytest.raises(MegapilotError, match="leave none"):
