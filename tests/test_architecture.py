@@ -27,8 +27,8 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1] / "megapilot"
 # executors follow progress through the parser); `trainer` before `launch` (the launcher refuses flags
 # the embedded trainer's torch-free flag table lacks); `suite` before `store` (the history keeps suite
 # results) and `report` (which renders them); `cli` last.
-PACKAGE_ORDER = ("errors", "compat", "files", "case_flags", "vocabulary", "spec", "catalog", "estimate", "plan",
-                 "logs", "execute", "data", "trainer", "launch", "diagnose", "suite", "store", "report", "cli",
+PACKAGE_ORDER = ("errors", "compat", "files", "limits", "case_flags", "vocabulary", "spec", "catalog", "estimate",
+                 "plan", "logs", "execute", "data", "trainer", "launch", "diagnose", "suite", "store", "report", "cli",
                  "__main__")
 MAX_PARAMETERS = 12
 # Packages whose commands import late on purpose (start-up), and in-function imports still without a stated

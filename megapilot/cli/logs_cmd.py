@@ -318,7 +318,7 @@ def diagnose_command(
     run, the first failure told before its consequences, ranked findings with evidence lines and exact fixes."""
     from megapilot.cli.common import require_at_most, require_positive
     from megapilot.diagnose import diagnose
-    from megapilot.spec.hardware import MAX_GPUS, MAX_GPUS_REASON
+    from megapilot.limits import MAX_GPUS, MAX_GPUS_REASON
 
     require_positive("--gpus", gpus)
     require_at_most("--gpus", gpus, MAX_GPUS, MAX_GPUS_REASON)  # the bound plan holds it to
@@ -410,8 +410,8 @@ def optimize_command(
     from megapilot.diagnose.engine import parse_for_rules, parse_options_for, with_log_tokenizer
     from megapilot.diagnose.flags import flags_from_log
     from megapilot.diagnose.optimize import optimize
+    from megapilot.limits import MAX_GPUS, MAX_GPUS_REASON
     from megapilot.logs.sources import expand_log_paths, stdin_read_again
-    from megapilot.spec.hardware import MAX_GPUS, MAX_GPUS_REASON
 
     require_positive("--gpus", gpus)
     require_at_most("--gpus", gpus, MAX_GPUS, MAX_GPUS_REASON)  # the bound plan holds it to

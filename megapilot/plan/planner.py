@@ -11,6 +11,7 @@ from megapilot.errors import MegapilotError
 from megapilot.estimate import LOW_HEADROOM_FRACTION, EstimateOptions, cross_domain_flex_backend
 from megapilot.estimate.coverage import coverage_for
 from megapilot.estimate.moe_terms import ep_leaves_domain
+from megapilot.limits import MAX_GPUS
 from megapilot.plan.cost import DEFAULT_HEADROOM_FRACTION, CostModel, LayoutEstimator
 from megapilot.plan.preferences import (
     ErrorBand,
@@ -35,7 +36,6 @@ from megapilot.plan.search import (
 )
 from megapilot.plan.space import Pins, RejectReason
 from megapilot.spec import ClusterSpec, EstimateResult, ModelSpec, ParallelConfig, TrainingSpec
-from megapilot.spec.hardware import MAX_GPUS
 
 if TYPE_CHECKING:
     from megapilot.estimate import EstimateOptions

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from megapilot.errors import MegapilotError
+from megapilot.limits import MAX_GPUS, MAX_GPUS_REASON
 from megapilot.spec.training import Fp8Recipe, Precision
 
 Vendor = Literal["NVIDIA", "AMD", "CPU"]  # CPU: this machine's CPU, measured (catalog/host.py)
@@ -171,13 +172,6 @@ class GPUSpec(BaseModel):
             return self.mxfp8_dense_tflops or fp8
         own = self.nvfp4_dense_tflops if precision == "nvfp4" else self.mxfp4_dense_tflops
         return own or self.fp4_dense_tflops or fp8
-
-
-# The most GPUs one cluster may have: 2^20, five times the largest cluster built (xAI's Colossus, about 200,000
-# GPUs) and 64 times the largest published Megatron-class job (Llama 3 405B on 16,384 H100s). More is a slip of
-# digits, which the planner would lay out as it does any count (an 8B model over 10^7 GPUs at a fraction of 1 % MFU).
-MAX_GPUS = 1_048_576
-MAX_GPUS_REASON = "five times the largest cluster built, about 200,000 GPUs"
 
 
 class ClusterSpec(BaseModel):

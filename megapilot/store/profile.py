@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from megapilot.compat import tomllib
 from megapilot.errors import MegapilotError, from_validation_error
-from megapilot.spec.hardware import MAX_GPUS
+from megapilot.limits import MAX_GPUS
 
 PROFILE_ENV = "MEGAPILOT_PROFILE"
 PROFILE_FILE_NAME = "profile.toml"

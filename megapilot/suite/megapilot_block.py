@@ -10,7 +10,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from megapilot.execute.base import DEFAULT_BLOCKED_IN_QUEUE_S
 from megapilot.execute.registry import executor_names
 from megapilot.execute.slurm import MIN_LEASE_S
-from megapilot.spec.hardware import MAX_GPUS
+from megapilot.limits import MAX_GPUS
 from megapilot.suite.config_schema import (
     MAX_GPUS_PER_NODE,
     MAX_HANG_FACTOR,
