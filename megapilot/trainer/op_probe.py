@@ -13,8 +13,9 @@ CPU step's ops with it.
 The element-wise ops (copies, adds, masks, softmax, GELU, norms: everything but the GEMMs) are not memory-bound on
 one CPU thread as a GPU's are on HBM: at the tour's sizes they run 0.3-2 ns an element (a GELU or a masked fill
 several times a copy), well below the memory's stream rate. So their cost is measured on the same model at a size
-where they do work: the pass's time less its GEMMs (timed inside them) and its ops, over the elements they write
-(`elements_per_s`; the mix of the trainer's own layer, at its own proportions).
+where they do work: the time inside its element-wise kernels at two micro-batch sizes (the same ops, so their fixed
+costs cancel), over the elements the larger writes beyond the smaller (`elements_per_s`; the mix of the trainer's
+own layer, at its own proportions).
 
 And what the process holds before a model of any size (`runtime_gib`): Python, torch, Megatron-Core and a process
 group, resident; a CPU rank's memory overhead, where a GPU has its CUDA context and NCCL buffers.
