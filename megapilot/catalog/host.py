@@ -12,8 +12,9 @@ bandwidth (its "HBM"), and what gloo moves between local ranks. They are measure
                 runs (counted) is what one op costs the rank's thread beyond its work (`GPUSpec.host_op_s`). On a
                 CPU every op runs in line with the Python that issues it, so a small model's step is paced by its
                 op count as much as by its FLOPs (`estimate.host_ops` holds the trainer's counts)
-    elements    the same model at a working size: its pass less its GEMMs and its ops, over the elements its
-                element-wise ops write (`GPUSpec.host_element_s`): one thread runs those per element, well below
+    elements    the same model at a working size: the time inside its element-wise kernels at two micro-batch
+                sizes (their fixed costs cancel), over the elements the larger writes beyond the smaller
+                (`GPUSpec.host_element_s`): one thread runs those per element, well below
                 the memory's stream rate, so a CPU's element-wise work is priced by the elements the trainer's ops
                 write (`estimate.host_ops`), not by the bytes a GPU's fused kernels move
     runtime     the probe process's peak resident memory with the tiny model trained: Python, torch and
@@ -89,7 +90,8 @@ def cache_path() -> Path:
     return folder / f"host-cpu-{machine}.json"
 
 
-RATE_KEYS = ("matmul_tflops_one_thread", "memory_tbps", "ops_per_s", "elements_per_s", "runtime_gib")
+OP_PROBE_KEYS = ("ops_per_s", "elements_per_s", "runtime_gib")  # what `trainer.op_probe` reports
+RATE_KEYS = ("matmul_tflops_one_thread", "memory_tbps", *OP_PROBE_KEYS)
 OP_PROBE_TIMEOUT_S = 300.0
 
 
@@ -133,7 +135,7 @@ def _op_rates() -> dict[str, float]:
         raise _op_probe_failed(str(exc)) from None
     try:
         measured = json.loads(done.stdout.strip().splitlines()[-1])
-        return {key: float(measured[key]) for key in ("ops_per_s", "elements_per_s", "runtime_gib")}
+        return {key: float(measured[key]) for key in OP_PROBE_KEYS}
     except (ValueError, KeyError, IndexError, TypeError):
         raise _op_probe_failed((done.stderr.strip().splitlines() or ["no output"])[-1]) from None
 
