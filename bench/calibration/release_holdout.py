@@ -102,9 +102,36 @@ def _groups(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
         if row.get("error") is None or not row["judged"]:
             continue
         groups["all"].append(row["error"])
-        for key in ("family", "gpu", "precision", "release"):
+        for key in ("family", "gpu", "format", "release"):
             groups[f"{key}={row[key]}"].append(row["error"])
     return {name: _summary(errors) for name, errors in sorted(groups.items())}
+
+
+def granularity_pairs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each row beside its parenthesized run where both ran the same layout: the other FP8 granularity's throughput
+    over the row's, published and predicted. The ratio leaves out everything the two runs share (the model, the
+    layout, the software of the day), so it checks what the model prices for the granularity alone."""
+    by_id = {row["id"]: row for row in rows}
+    pairs = []
+    for row in rows:
+        main = by_id.get(row["id"].split(" [parenthesized")[0]) if "[parenthesized" in row["id"] else None
+        if main is None or row.get("error") is None or main.get("error") is None:
+            continue
+        if (row["layout"], row["fsdp"]) != (main["layout"], main["fsdp"]):
+            continue
+        published = row["published_tokens_per_s_per_gpu"] / main["published_tokens_per_s_per_gpu"]
+        predicted = row["predicted_tokens_per_s_per_gpu"] / main["predicted_tokens_per_s_per_gpu"]
+        pairs.append({"row": main["id"], "model": main["model"], "gpu": main["gpu"], "family": main["family"],
+                      "layout": main["layout"], "formats": f"{row['format']} / {main['format']}",
+                      "published_ratio": round(published, 4), "predicted_ratio": round(predicted, 4),
+                      "ratio_error": round(predicted / published - 1, 4)})
+    return pairs
+
+
+def _label(row_id: str, width: int) -> str:
+    """A row's id cut to `width` characters, keeping the tag of a parenthesized run (its row's id + the tag)."""
+    head, tag = (row_id.split(" [", 1) + [""])[:2]
+    return f"{head[:width]} [{tag}" if tag else head[:width]
 
 
 def _pct(x: float) -> str:
@@ -113,7 +140,9 @@ def _pct(x: float) -> str:
 
 def write(rows: list[dict[str, Any]]) -> None:
     groups = _groups(rows)
-    (OUT_DIR / "release_holdout.json").write_text(json.dumps({"groups": groups, "rows": rows}, indent=1) + "\n")
+    pairs = granularity_pairs(rows)
+    (OUT_DIR / "release_holdout.json").write_text(json.dumps({"groups": groups, "granularity_pairs": pairs,
+                                                             "rows": rows}, indent=1) + "\n")
     judged = sorted({row["release"] for row in rows if row.get("judged")})
     lines = [
         f"# Hold-out by release: fitted on <= NeMo 24.07 + {' + '.join(TRAIN_RELEASES)}, judged on "
@@ -137,14 +166,15 @@ def write(rows: list[dict[str, Any]]) -> None:
         for row in rows:
             if "refused" in row:
                 if judged_rows:
-                    lines.append(f"| {row['id'][:70]} | {row['layout']} | | {row['published_tokens_per_s_per_gpu']}"
-                                 f" | refused: {row['refused'][:80]} | | |")
+                    lines.append(f"| {_label(row['id'], 70)} | {row['layout']} | | "
+                                 f"{row['published_tokens_per_s_per_gpu']} | refused: {row['refused'][:80]} | | |")
                 continue
             if row.get("error") is None or row["judged"] is not judged_rows:
                 continue
-            lines.append(f"| {row['id'][:70]} | {row['layout']}{' FSDP' if row['fsdp'] else ''} | {row['recompute']}"
-                         f" | {row['published_tokens_per_s_per_gpu']} | {row['predicted_tokens_per_s_per_gpu']} | "
-                         f"{_pct(row['error'])} | {'; '.join(row['retyped'])} |")
+            lines.append(f"| {_label(row['id'], 70)} | {row['layout']}{' FSDP' if row['fsdp'] else ''} | "
+                         f"{row['recompute']} | {row['published_tokens_per_s_per_gpu']} | "
+                         f"{row['predicted_tokens_per_s_per_gpu']} | {_pct(row['error'])} | "
+                         f"{'; '.join(row['retyped'])} |")
     lines += ["", f"Judged rows off by more than {100 * WORST:.0f} %, term by term: the step (s) against the published",
               "step, and one micro-batch of the last layer (ms).", "",
               "| row | error | step s (published) | step terms, s | last layer, ms |", "|---|---|---|---|---|"]
@@ -153,14 +183,24 @@ def write(rows: list[dict[str, Any]]) -> None:
             t = row["terms"]
             step = ", ".join(f"{k} {v}" for k, v in t["step_terms_s"].items())
             layer = ", ".join(f"{k} {v}" for k, v in t["last_layer_terms_ms"].items())
-            lines.append(f"| {row['id'][:50]} | {_pct(row['error'])} | {t['step_s']} ({t['published_step_s']}) | "
-                         f"{step} | {layer} |")
+            lines.append(f"| {_label(row['id'], 50)} | {_pct(row['error'])} | {t['step_s']} "
+                         f"({t['published_step_s']}) | {step} | {layer} |")
+    lines += ["", "The same layout in two FP8 granularities (the tables print the second in parentheses): its",
+              "throughput over the per-tensor current scaling's, published and predicted; the ratio's error isolates",
+              "what the model prices for the granularity itself.", "",
+              "| row | GPU | family | layout | formats | published ratio | predicted ratio | ratio error |",
+              "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {p['model']} | {p['gpu']} | {p['family']} | {p['layout']} | {p['formats']} | "
+              f"{p['published_ratio']:.3f} | {p['predicted_ratio']:.3f} | {_pct(p['ratio_error'])} |" for p in pairs]
+    if pairs:
+        lines += ["", f"Median ratio error over {len(pairs)} pairs: "
+                      f"{_pct(statistics.median(p['ratio_error'] for p in pairs))}."]
     crossing = [row for row in rows if "error_with_flex_and_a2a_overlap" in row]
     lines += ["", "MoE rows whose expert group leaves the NVLink domain, as typed (alltoall dispatcher, no all-to-all",
               "overlap: Megatron's defaults) and with the flex dispatcher (a token crosses to each remote domain once)",
               "and the EP all-to-all overlap, which some recipes turn on and the tables do not print:", "",
               "| row | judged | error as typed | with flex + overlap |", "|---|---|---|---|"]
-    lines += [f"| {row['id'][:60]} | {'yes' if row['judged'] else 'no'} | {_pct(row['error'])} | "
+    lines += [f"| {_label(row['id'], 60)} | {'yes' if row['judged'] else 'no'} | {_pct(row['error'])} | "
               f"{_pct(row['error_with_flex_and_a2a_overlap'])} |" for row in crossing]
     (OUT_DIR / "release_holdout.md").write_text("\n".join(lines) + "\n")
 

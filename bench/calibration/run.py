@@ -69,7 +69,7 @@ from megapilot.estimate.coverage import (
 )
 from megapilot.estimate.efficiency import CALIBRATED, EfficiencyParams
 from megapilot.estimate.flops import flops_per_token
-from megapilot.estimate.published import PublishedLayout, enter_published_run
+from megapilot.estimate.published import PublishedLayout, enter_published_run, parenthesized_run
 from megapilot.spec import ParallelConfig
 
 DATA = ROOT / "tests" / "data" / "calibration" / "published_calibration.json"
@@ -84,16 +84,37 @@ def load_rows() -> tuple[list[CalibrationRow], list[dict[str, str]]]:
     return rows, [e._asdict() for e in excluded]
 
 
-def load_release_rows() -> tuple[list[ReleaseRow], dict[str, dict[str, Any]]]:
-    """Every newer row typed in as published (`enter_published_run`), and by id what the report prints of it:
-    the layout, what was retyped, or the refusal."""
-    rows, notes = [], {}
+def release_tables() -> list[tuple[dict[str, Any], float | None, str]]:
+    """Each newer table row and the run its parentheses print (`parenthesized_run`: the other FP8 granularity), with
+    its tokens/s/GPU and where that figure comes from."""
+    found: list[tuple[dict[str, Any], float | None, str]] = []
     for raw in json.loads(RELEASE_DATA.read_text()):
+        found.append((raw, (raw.get("measured") or {}).get("tokens_per_sec_per_gpu"), "printed"))
+        beside = parenthesized_run(raw)
+        if beside is not None:
+            how = "TFLOP/s in parentheses x the row's tokens per TFLOP" if beside.derived_from_tflops else "parentheses"
+            found.append((beside.row, beside.tokens_per_s_per_gpu, how))
+    return found
+
+
+def gemm_format(layout: PublishedLayout) -> str:
+    """The GEMM format a row ran, for the report's groups: bf16, fp8-cs (per-tensor current scaling, what the
+    tables' plain "FP8" ran), fp8-blockwise, fp8-delayed, mxfp8, nvfp4."""
+    precision, recipe = layout.gemm_precision
+    if precision != "fp8":
+        return precision
+    return "fp8-cs" if recipe in (None, "tensorwise") else f"fp8-{recipe}"
+
+
+def load_release_rows() -> tuple[list[ReleaseRow], dict[str, dict[str, Any]]]:
+    """Every newer row typed in as published (`enter_published_run`), its parenthesized run beside it, and by id what
+    the report prints of it: the layout, what was retyped, or the refusal."""
+    rows, notes = [], {}
+    for raw, published, figure in release_tables():
         layout = PublishedLayout.from_row(raw)
-        published = (raw.get("measured") or {}).get("tokens_per_sec_per_gpu")
-        note: dict[str, Any] = {
+        note: dict[str, Any] = {"figure": figure,
             "model": layout.model, "gpu": layout.gpu, "fsdp": layout.fsdp, "published_tokens_per_s_per_gpu": published,
-            "precision": precision_class(layout.gemm_precision.precision),
+            "precision": precision_class(layout.gemm_precision.precision), "format": gemm_format(layout),
             "layout": f"TP{layout.tp} PP{layout.pp} VP{layout.vp or 1} CP{layout.cp} EP{layout.ep or 1} "
                       f"MBS{layout.mbs} GBS{layout.gbs}"}
         notes[layout.id] = note

@@ -247,6 +247,54 @@ def retype_from_refusal(refusal: MegapilotError) -> Retype | None:
     return {"pipeline_layout": layout.group(1), "vpp": None} if layout else None
 
 
+# Megatron-Bridge's 25.09 tables (and NeMo 25.07's GB200 table, by the same layout of its cells) print beside the
+# per-tensor current-scaling figures a second FP8 granularity's in parentheses ("FP8-CS (FP8-MX)"): MXFP8 where the
+# tensor cores take MX block scales (Blackwell), blockwise "sub-channel" FP8 (Megatron-Bridge's fp8_sc, 128-value
+# blocks) on Hopper, which has none. The parentheses print the layout fields that differ and the throughput.
+PARENTHESIZED_PRECISION = {"blackwell": "FP8-MX", "hopper": "FP8-SC"}
+_PARENTHESIZED_KEYS = ("alternate_values_in_parentheses", "alternate_config_in_parentheses")
+_PARENTHESIZED_LAYOUT = ("tp", "pp", "vp", "cp")
+
+
+class ParenthesizedRun(NamedTuple):
+    """The run a table prints in parentheses beside a row, as a row of its own, and its tokens/s/GPU."""
+
+    row: dict[str, Any]
+    tokens_per_s_per_gpu: float
+    derived_from_tflops: bool  # the parentheses print TFLOP/s only: tokens/s at the row's own FLOPs per token
+
+
+def parenthesized_run(raw: dict[str, Any]) -> ParenthesizedRun | None:
+    """The parenthesized run beside a published row: the same model, sequence, GPU count and global batch, the
+    layout fields the parentheses print (the micro-batch from their gradient accumulation: GBS / (GA x DP)), the
+    other FP8 granularity (`PARENTHESIZED_PRECISION`); None when they print no throughput or the GPU has no
+    second granularity. Where they print TFLOP/s alone, tokens/s follow from the row's own ratio of the two (the
+    FLOPs a token costs depend on the model and sequence, not the layout)."""
+    from megapilot.catalog.gpus import get_gpu
+
+    derived = raw.get("derived") or {}
+    printed = next((derived[key] for key in _PARENTHESIZED_KEYS if derived.get(key)), None)
+    precision = PARENTHESIZED_PRECISION.get(get_gpu(raw["gpu"]).architecture)
+    if not printed or precision is None:
+        return None
+    values = {_key(name): value for name, value in printed.items()}
+    measured = raw.get("measured") or {}
+    tokens = next((v for k, v in values.items() if "tokens" in k), None)
+    tflops = next((v for k, v in values.items() if "tflop" in k), None)
+    from_tflops = tokens is None and tflops is not None and bool(measured.get("tflops_per_gpu"))
+    if from_tflops:
+        tokens = tflops * measured["tokens_per_sec_per_gpu"] / measured["tflops_per_gpu"]
+    if tokens is None:
+        return None
+    row = dict(raw) | {name: values[name] for name in _PARENTHESIZED_LAYOUT if name in values}
+    row |= {"id": f"{raw['id']} [parenthesized {precision}]", "precision": precision,
+            "derived": derived | {"published_fsdp": values.get("fsdp", derived.get("published_fsdp"))}}
+    if "ga" in values:
+        dp = row["num_gpus"] // (row["tp"] * row["pp"] * (row.get("cp") or 1))
+        row["mbs"] = max(1, row["gbs"] // (values["ga"] * dp))
+    return ParenthesizedRun(row, float(tokens), from_tflops)
+
+
 def enter_published_run(row: PublishedLayout) -> PublishedEntry:
     """Estimate the row as printed, retyping it with each refusal's first fix (MegapilotError otherwise), with
     the lightest recompute that fits (`RECOMPUTE_LADDER`; the heaviest when none does)."""

@@ -17,6 +17,7 @@ from megapilot.estimate.published import (
     PublishedLayout,
     catalog_model,
     enter_published_run,
+    parenthesized_run,
     preset_named_like,
     published_precision,
     retype_from_refusal,
@@ -172,3 +173,35 @@ def test_a_sink_model_printed_with_cp_is_entered_with_the_a2a_exchange():
     assert entry.result.time_breakdown_s["cp_comm"] > 0
     ring = MegapilotError("cp=2 on a ring", field="cp_comm_type", fix="use cp 1, or a smaller tp")
     assert retype_from_refusal(ring) is None  # no a2a to offer where the heads do not split
+
+
+RAW_2025 = json.loads((DATA / "published_calibration_2025.json").read_text())
+
+
+def _raw(fragment: str) -> dict:
+    return next(raw for raw in RAW_2025 if fragment in raw["id"])
+
+
+def test_a_parenthesized_run_is_the_other_granularity_at_the_layout_its_parentheses_print():
+    """Bridge 25.09's GB200 Llama 3 70B prints FSDP at TP 1 and, in parentheses, MXFP8 at TP2 PP4 VP5 with GA 16:
+    64 GPUs / (TP 2 x PP 4) = DP 8, so MBS = 128 / (16 x 8) = 1, without FSDP."""
+    beside = parenthesized_run(_raw("bridge-25.09-pretrain-DGX-GB200-LLAMA3_70B"))
+    assert beside is not None and not beside.derived_from_tflops
+    row = PublishedLayout.from_row(beside.row)
+    assert (row.tp, row.pp, row.vp, row.cp, row.mbs, row.fsdp) == (2, 4, 5, 1, 1, False)
+    assert row.gemm_precision == ("mxfp8", None) and beside.tokens_per_s_per_gpu == 3546
+    assert row.id.endswith("[parenthesized FP8-MX]") and row.gbs == 128 and row.seq_len == 8192
+
+
+def test_hoppers_parentheses_are_blockwise_fp8_and_tflops_alone_give_tokens_at_the_rows_own_ratio():
+    """H100 has no MX tensor cores: its second granularity is Bridge's sub-channel (blockwise) FP8. The DeepSeek-V3
+    row prints 330 TFLOP/s in parentheses beside 338 TFLOP/s and 1,297 tokens/s."""
+    beside = parenthesized_run(_raw("bridge-25.09-pretrain-DGX-H100-DeepSeekV3"))
+    assert beside is not None and beside.derived_from_tflops
+    assert PublishedLayout.from_row(beside.row).gemm_precision == ("fp8", "blockwise")
+    assert beside.tokens_per_s_per_gpu == pytest.approx(1297 * 330 / 338)
+
+
+def test_parentheses_that_print_no_throughput_give_no_run():
+    assert parenthesized_run(_raw("bridge-25.09-pretrain-DGX-H100-Qwen3_30B")) is None  # only the model label
+    assert parenthesized_run(_raw("nemo-25.02-DGX-B200-LLAMA3-8B")) is None  # no parentheses at all
