@@ -103,11 +103,11 @@ NVFP4_CAST_KERNELS = {"activation": 3, "grad": 4, "weight": 2}  # fused Hadamard
 # over 4 or 8 experts, K = 7168, N = 2048): NVFP4 GroupedLinear, forward + backward, is at most 1.15x as fast as
 # MXFP8; the maintainers attribute the gap to the quantisation and Hadamard kernels, launched one expert after
 # another (the grouped NVFP4 kernels came with TE 2.12, #2351 / #2411, whose notes call the fused Hadamard cast's
-# memory throughput low). With the model's own pieces at that shape (both GEMMs at the 8-bit fraction of their
-# format's peak, as cuBLAS 12.9's block-scaled FP4 reaches 2 - 2.3x its FP8 on Blackwell; MXFP8's casts at HBM
-# speed; the kernels) a 1.15x module leaves the NVFP4 casts 0.39 (4 experts) and 0.45 (8) of HBM speed: 0.42,
-# an upper bound since 1.15x is. `tests/estimate/test_low_precision_moe.py` re-derives it.
-NVFP4_CAST_HBM_FRACTION = 0.42
+# memory throughput low). With the model's own pieces at that shape (both GEMMs at the 8-bit fraction of the rate
+# each format's GEMMs are priced at, efficiency.gemm_peak_tflops; MXFP8's casts at HBM speed; the kernels) a 1.15x
+# module leaves the NVFP4 casts 0.60 (4 experts) and 0.72 (8) of HBM speed: 0.66, an upper bound since 1.15x is.
+# `tests/estimate/test_low_precision_moe.py` re-derives it.
+NVFP4_CAST_HBM_FRACTION = 0.66
 
 
 def rht_unfused_share(flavour: QuantFlavour | None, cols: float, rows_aligned: bool | None) -> float:

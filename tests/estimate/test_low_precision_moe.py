@@ -81,11 +81,11 @@ def _grouped_linear_s(precision: str, experts: int) -> tuple[float, float]:
 
 def test_the_nvfp4_cast_rate_is_what_te_2281s_module_speedup_leaves_for_the_casts():
     """NVFP4 GroupedLinear was at most 1.15x MXFP8 (TE #2281): with the GEMMs and kernels as priced, the casts must
-    run at ~0.42 of HBM speed for the module to be no faster than that."""
+    run at ~0.66 of HBM speed for the module to be no faster than that."""
     fractions = []
     for experts in (4, 8):
         mxfp8, _ = _grouped_linear_s("mxfp8", experts)
         nvfp4, nvfp4_casts = _grouped_linear_s("nvfp4", experts)
-        assert mxfp8 / nvfp4 > 1.3  # at HBM speed the casts would make NVFP4 far faster than TE measured
+        assert mxfp8 / nvfp4 > 1.2  # at HBM speed the casts would make NVFP4 faster than TE measured
         fractions.append(nvfp4_casts / (mxfp8 / 1.15 - (nvfp4 - nvfp4_casts)))
     assert sum(fractions) / 2 == pytest.approx(NVFP4_CAST_HBM_FRACTION, abs=0.03)
