@@ -26,11 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from run import load_release_rows, load_rows  # bench/calibration/run.py: the rows as the fit saw them
 
-from megapilot.estimate.calibration import TRAIN_RELEASES, ReleaseRow, release_error
+from megapilot.estimate.calibration import TRAIN_RELEASES, ReleaseRow, release_error, same_layout_repeats
 from megapilot.estimate.comm import scaleup_domain
 from megapilot.estimate.coverage import mechanisms
 from megapilot.estimate.efficiency import CALIBRATED
-from megapilot.estimate.published import PUBLISHED_OPTIONS
+from megapilot.estimate.published import PUBLISHED_OPTIONS, parenthesized_twin
 from megapilot.estimate.step_time import layer_terms, step_time
 
 OUT_DIR = Path(__file__).resolve().parent
@@ -114,7 +114,7 @@ def granularity_pairs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     by_id = {row["id"]: row for row in rows}
     pairs = []
     for row in rows:
-        main = by_id.get(row["id"].split(" [parenthesized")[0]) if "[parenthesized" in row["id"] else None
+        main = by_id.get(parenthesized_twin(row["id"]) or "")
         if main is None or row.get("error") is None or main.get("error") is None:
             continue
         if (row["layout"], row["fsdp"]) != (main["layout"], main["fsdp"]):
@@ -214,8 +214,9 @@ def write_coverage(rows: list[dict[str, Any]]) -> None:
     for old in json.loads(IN_SAMPLE.read_text())["rows"]:
         precision = "fp8" if old["precision"] in ("fp8", "mxfp8", "nvfp4") else "bf16"
         errors[("dense", get_gpu(old["gpu"]).name, precision)].append(old["error"])
+    repeats = same_layout_repeats(load_release_rows()[0])  # one layout counted once per cell
     for row in rows:
-        if row.get("error") is not None:
+        if row.get("error") is not None and row["id"] not in repeats:
             errors[(row["family"], get_gpu(row["gpu"]).name, row["precision"])].append(row["error"])
     # each row's errors when the fit saw neither its model family nor its GPU (run.py): the interval's residuals
     in_sample = json.loads(IN_SAMPLE.read_text())

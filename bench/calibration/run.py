@@ -56,6 +56,7 @@ from megapilot.estimate.calibration import (
     release_error,
     release_row,
     resolve_layout,
+    same_layout_repeats,
     split_by_release,
     summary,
 )
@@ -298,8 +299,10 @@ def _splits(report: dict[str, Any], rows: list[CalibrationRow], release: list[Re
     } | {name: baseline_held_out(every, key) for name, key in SPLIT_KEYS.items()}
     # the interval's residuals: each row's errors when its family, then its GPU, was held out, rounded as the
     # product reads them (calibration_coverage.json), so that --coverage-only recomputes the same figures
+    # (a parenthesized run at its twin's layout adds none: calibration.same_layout_repeats)
+    repeats = same_layout_repeats(release)
     residuals = {r.id: (round(model["leave-one-family-out"][r.id], RESIDUAL_DIGITS),
-                        round(model["leave-one-GPU-out"][r.id], RESIDUAL_DIGITS)) for r in every}
+                        round(model["leave-one-GPU-out"][r.id], RESIDUAL_DIGITS)) for r in every if r.id not in repeats}
     groups: dict[str, Any] = {"release hold-out": release_group(judged)} | SPLIT_KEYS
     by_id = {r.id: r for r in every}
     result: dict[str, Any] = {}

@@ -52,7 +52,7 @@ from megapilot.estimate.coverage import family_of, precision_class
 from megapilot.estimate.efficiency import EfficiencyParams
 from megapilot.estimate.flops import flops_per_token
 from megapilot.estimate.memory import memory_per_gpu
-from megapilot.estimate.published import PUBLISHED_OPTIONS, PublishedLayout
+from megapilot.estimate.published import PUBLISHED_OPTIONS, PublishedLayout, parenthesized_twin
 from megapilot.estimate.step_time import EstimateOptions, step_time
 from megapilot.spec import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec, validate_layout
 from megapilot.spec.model import MlpActivation
@@ -295,6 +295,20 @@ def release_source(row_id: str) -> str:
 def release_row(row_id: str, case: Case, published_tokens_per_s: float) -> ReleaseRow:
     source = release_source(row_id)
     return ReleaseRow(row_id, source, source.split("-")[1], family_of(case.model), case, published_tokens_per_s)
+
+
+def same_layout_repeats(rows: Iterable[ReleaseRow]) -> set[str]:
+    """Ids of the parenthesized runs (`published.parenthesized_run`) that ran their twin's layout: one layout
+    measured again in another FP8 granularity, its error all but its twin's. The coverage cells pool the FP8
+    recipes, so they count such a layout once (its twin's): one run's miss must not stand for two."""
+    rows = list(rows)
+    by_id = {r.id: r for r in rows}
+    repeats = set()
+    for row in rows:
+        twin = by_id.get(parenthesized_twin(row.id) or "")
+        if twin is not None and twin.case.parallel == row.case.parallel:
+            repeats.add(row.id)
+    return repeats
 
 
 def release_error(row: ReleaseRow, params: EfficiencyParams) -> float:

@@ -252,6 +252,7 @@ def retype_from_refusal(refusal: MegapilotError) -> Retype | None:
 # tensor cores take MX block scales (Blackwell), blockwise "sub-channel" FP8 (Megatron-Bridge's fp8_sc, 128-value
 # blocks) on Hopper, which has none. The parentheses print the layout fields that differ and the throughput.
 PARENTHESIZED_PRECISION = {"blackwell": "FP8-MX", "hopper": "FP8-SC"}
+PARENTHESIZED_TAG = "[parenthesized"  # a parenthesized run's id: its row's id, the tag and its precision label
 _PARENTHESIZED_KEYS = ("alternate_values_in_parentheses", "alternate_config_in_parentheses")
 _PARENTHESIZED_LAYOUT = ("tp", "pp", "vp", "cp")
 
@@ -287,12 +288,18 @@ def parenthesized_run(raw: dict[str, Any]) -> ParenthesizedRun | None:
     if tokens is None:
         return None
     row = dict(raw) | {name: values[name] for name in _PARENTHESIZED_LAYOUT if name in values}
-    row |= {"id": f"{raw['id']} [parenthesized {precision}]", "precision": precision,
+    row |= {"id": f"{raw['id']} {PARENTHESIZED_TAG} {precision}]", "precision": precision,
             "derived": derived | {"published_fsdp": values.get("fsdp", derived.get("published_fsdp"))}}
     if "ga" in values:
         dp = row["num_gpus"] // (row["tp"] * row["pp"] * (row.get("cp") or 1))
         row["mbs"] = max(1, row["gbs"] // (values["ga"] * dp))
     return ParenthesizedRun(row, float(tokens), from_tflops)
+
+
+def parenthesized_twin(row_id: str) -> str | None:
+    """The id of the row a parenthesized run was printed beside; None for a row as printed."""
+    head, tag, _ = row_id.partition(f" {PARENTHESIZED_TAG}")
+    return head if tag else None
 
 
 def enter_published_run(row: PublishedLayout) -> PublishedEntry:

@@ -100,10 +100,11 @@ def test_the_newer_rows_split_by_release_and_the_judged_ones_hold_within_the_sta
     held-out median |error| within the goals, 7 % overall and 10 % on MoE rows (6.8 % and 9.1 % when the
     per-kernel overhead was fitted: a fine-grained MoE layer runs hundreds of kernels per micro-batch)."""
     from megapilot.estimate.calibration import TRAIN_RELEASES, release_error, split_by_release
+    from megapilot.estimate.published import parenthesized_twin
 
     seen, judged = split_by_release(release_rows)
     assert {r.release for r in seen} == set(TRAIN_RELEASES) and len(seen) == 16
-    printed = [r for r in judged if "[parenthesized" not in r.id]  # the parenthesized runs: the test below
+    printed = [r for r in judged if parenthesized_twin(r.id) is None]  # the parenthesized runs: the test below
     assert {r.release for r in printed} == {"25.07", "25.09"} and len(printed) == 21
     assert {r.source for r in judged} == {"nemo-25.07", "bridge-25.09"}
     errs = {r.id: release_error(r, CALIBRATED) for r in printed}
@@ -118,12 +119,13 @@ def test_the_other_fp8_granularity_is_priced_against_current_scaling_as_the_same
     GEMMs were priced at FP8's rate, its one-kernel casts making it the faster), and MXFP8 predicted no faster than
     current scaling on a dense layer, as every dense pair ran."""
     from megapilot.estimate.calibration import release_error
+    from megapilot.estimate.published import parenthesized_twin
 
     by_id = {r.id: r for r in release_rows}
     pairs = []
     for other in release_rows:
-        main = by_id.get(other.id.split(" [parenthesized")[0])
-        if main is None or main is other or main.case.parallel != other.case.parallel:
+        main = by_id.get(parenthesized_twin(other.id) or "")
+        if main is None or main.case.parallel != other.case.parallel:
             continue
         published = other.published_tokens_per_s / main.published_tokens_per_s
         predicted = (1 + release_error(other, CALIBRATED)) * other.published_tokens_per_s / (
@@ -177,7 +179,7 @@ def test_the_committed_coverage_cells_are_the_committed_parameters_errors(publis
     from collections import defaultdict
     from importlib import resources
 
-    from megapilot.estimate.calibration import release_error
+    from megapilot.estimate.calibration import release_error, same_layout_repeats
     from megapilot.estimate.coverage import precision_class
 
     rows, _ = calibration_rows(published)
@@ -186,7 +188,9 @@ def test_the_committed_coverage_cells_are_the_committed_parameters_errors(publis
     for row in rows:
         by_cell[("dense", row.cluster.gpu.name, precision_class(row.training.precision))].append(
             errors([row], layouts, CALIBRATED)[row.id])
-    for release in release_rows:
+    repeats = same_layout_repeats(release_rows)
+    assert len(repeats) == 10  # the same-layout pairs' parenthesized runs
+    for release in (r for r in release_rows if r.id not in repeats):
         by_cell[(release.family, release.case.cluster.gpu.name,
                  precision_class(release.case.training.precision))].append(release_error(release, CALIBRATED))
     expected = {cell: (len(errs), statistics.median(abs(e) for e in errs), statistics.median(errs))

@@ -18,6 +18,7 @@ from megapilot.estimate.published import (
     catalog_model,
     enter_published_run,
     parenthesized_run,
+    parenthesized_twin,
     preset_named_like,
     published_precision,
     retype_from_refusal,
@@ -191,6 +192,8 @@ def test_a_parenthesized_run_is_the_other_granularity_at_the_layout_its_parenthe
     assert (row.tp, row.pp, row.vp, row.cp, row.mbs, row.fsdp) == (2, 4, 5, 1, 1, False)
     assert row.gemm_precision == ("mxfp8", None) and beside.tokens_per_s_per_gpu == 3546
     assert row.id.endswith("[parenthesized FP8-MX]") and row.gbs == 128 and row.seq_len == 8192
+    assert parenthesized_twin(row.id) == _raw("bridge-25.09-pretrain-DGX-GB200-LLAMA3_70B")["id"]
+    assert parenthesized_twin(_raw("bridge-25.09-pretrain-DGX-GB200-LLAMA3_70B")["id"]) is None
 
 
 def test_hoppers_parentheses_are_blockwise_fp8_and_tflops_alone_give_tokens_at_the_rows_own_ratio():
