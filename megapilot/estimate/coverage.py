@@ -70,6 +70,7 @@ class CalibrationCoverage:
     # A device whose host dispatches every op in line with its work (this machine's CPU): no published run is of one,
     # and what paces it most is what the device rates leave out.
     host_paced: bool = False
+    gemm_format: str = ""  # the estimate's GEMM precision (nvfp4, mxfp4, ...), where its class says too little
 
     @property
     def outside(self) -> bool:
@@ -106,8 +107,7 @@ class CalibrationCoverage:
         if self.precision_unchecked:
             return (f"calibration: no published {self.precision} run checks this estimate ({case}); nearest: "
                     f"{cell.family} on {cell.gpu} {cell.precision} ({cell.runs} published runs, median |error| "
-                    f"{100 * cell.median_abs_error:.1f} %): its {self.precision} GEMM rate is the datasheet peak at "
-                    "the fitted 8-bit efficiency, unmeasured")
+                    f"{100 * cell.median_abs_error:.1f} %): {_fp4_rate_basis(self.gemm_format)}")
         where = "calibrated" if self.exact else (
             f"not calibrated; nearest: {cell.family} on {cell.gpu} {cell.precision}")
         return (f"calibration: {case} {where} ({cell.runs} published runs, median |error| "
@@ -129,6 +129,17 @@ def related_families(model: ModelSpec) -> tuple[str, ...]:
 
 
 FOUR_BIT_PRECISIONS = ("nvfp4", "mxfp4")
+
+
+def _fp4_rate_basis(gemm_format: str) -> str:
+    """What a 4-bit estimate's GEMM rate rests on, when no training run checks it."""
+    from megapilot.estimate.efficiency import NVFP4_OVER_FP8_RATE
+
+    if gemm_format == "nvfp4":
+        return (f"its NVFP4 GEMMs run {NVFP4_OVER_FP8_RATE:.2f}x FP8's rate, what Transformer Engine's GEMM "
+                "profiling guide measures for one layer's GEMMs with their quantisation on B300, not the datasheet's "
+                "2-3x")
+    return f"its {gemm_format or 'fp4'} GEMM rate is the datasheet peak at the fitted 8-bit efficiency, unmeasured"
 
 
 def precision_class(precision: str) -> str:
@@ -154,7 +165,8 @@ def coverage_for(model: ModelSpec, gpu: GPUSpec, precision: str) -> CalibrationC
     """The cell of this estimate, or the nearest calibrated one (None when outside every calibrated one), with the
     model's mechanisms no published run has."""
     coverage = _coverage(family_of(model), gpu.name, gpu.vendor, gpu.architecture, precision_class(precision))
-    coverage = replace(coverage, related=related_families(model), host_paced=gpu.vendor == "CPU")
+    coverage = replace(coverage, related=related_families(model), host_paced=gpu.vendor == "CPU",
+                       gemm_format=precision)
     unchecked = _unchecked_mechanisms(model)
     if waits_on_exponentials(model, gpu):  # a GPU's and a head dimension's: no calibration run's core waited so
         unchecked = (*unchecked, EXPONENTIAL_BOUND)
