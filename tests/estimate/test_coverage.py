@@ -60,7 +60,7 @@ def test_four_bit_formats_lean_on_the_8_bit_fit_and_every_estimate_says_where_it
     assert nvfp4.precision == "fp4" and nvfp4.needs_caveat and not nvfp4.outside
     assert (nvfp4.nearest.gpu, nvfp4.nearest.precision) == ("B200", "fp8")  # same GPU, the fit it leans on
     assert "no published fp4 run checks this estimate" in nvfp4.statement()
-    assert "1.42x FP8's rate" in nvfp4.statement()  # what its GEMM rate rests on: TE's measured layer, not the datasheet
+    assert "1.42x FP8's rate" in nvfp4.statement()  # its GEMM rate rests on TE's measured layer, not the datasheet
     fp8 = coverage_for(llama, get_gpu("b200"), "mxfp8")
     assert fp8.precision == "fp8" and not fp8.needs_caveat
     flags = {"model": "llama3.1-8b", "gpu": "b200", "gpus": 8, "gbs": 128, "seq_len": 8192}
