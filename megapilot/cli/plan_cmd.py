@@ -229,9 +229,7 @@ def plan_command(
     except MegapilotError as exc:
         raise _naming_defaults(exc, defaults) from None
     if specs.model.moe is not None and features.moe_flex_dispatcher is None:
-        from megapilot.plan.reasons import scaleup_fabric
-
-        defaults.append(f"alltoall MoE dispatcher inside the {scaleup_fabric(specs.cluster)} domain, flex beyond it "
+        defaults.append(f"alltoall MoE dispatcher inside the {specs.cluster.gpu.scaleup_fabric} domain, flex beyond it "
                         "where a backend runs (default)")
     if calibration not in ("history", "none"):
         raise MegapilotError(f"unknown calibration {calibration!r}", field="--calibration", fix="use history or none")

@@ -19,7 +19,7 @@ from megapilot.estimate.comm import scaleup_domain
 from megapilot.estimate.units import format_duration
 from megapilot.plan import space
 from megapilot.plan.cost import CostModel
-from megapilot.spec import ClusterSpec, EstimateResult, ParallelConfig
+from megapilot.spec import EstimateResult, ParallelConfig
 from megapilot.spec.validate import a2a_only_attention, cp_comm_type_for
 
 if TYPE_CHECKING:  # the search imports this module at run time
@@ -140,12 +140,6 @@ def _hybrid_segments(p: ParallelConfig) -> str:
     return (f"{stages} on a hybrid stack: the script writes the split as | segments of {HYBRID_SEGMENTS_FLAG}, "
             f"which Megatron-LM reads from {since} on (`megapilot script --megatron-version` says what an older "
             "release takes)")
-
-
-def scaleup_fabric(cluster: ClusterSpec) -> str:
-    """The name of the links inside the scale-up domain, as the reasons say it: NVLink on NVIDIA GPUs, xGMI
-    (Infinity Fabric) on AMD Instinct; an MI355X plan read 'all-to-all inside one NVLink domain'."""
-    return cluster.gpu.scaleup_fabric
 
 
 def _pct(x: float) -> str:
@@ -285,7 +279,7 @@ class Explainer:
         if limit == node:
             rule, fate = f"TP ≤ GPUs per node ({node})", "would run TP all-reduces across nodes"
         else:
-            fabric = scaleup_fabric(self.cluster)
+            fabric = self.cluster.gpu.scaleup_fabric
             rule = f"TP ≤ {limit} over the {node}-GPU nodes of one {fabric} domain"
             fate = (f"is past the largest TP a calibration run checks (its all-reduces would still ride {fabric})"
                     if wider <= self.cluster.scaleup_domain_gpus else f"would run TP all-reduces beyond {fabric}")
@@ -404,7 +398,7 @@ class Explainer:
         experts = moe.num_experts
         span = p.ep * p.expert_tp
         # the domain the cost model prices (comm.scaleup_domain): the node, or the NVL72 rack across its trays
-        fabric = scaleup_fabric(self.cluster)
+        fabric = self.cluster.gpu.scaleup_fabric
         where = f"inside one {fabric} domain" if span <= scaleup_domain(self.cluster) else f"across {fabric} domains"
         out = [f"EP={p.ep}: {experts} experts / {p.ep} = {experts // p.ep} per rank (EP divides the expert "
                f"count); all-to-all {where}, {_pct(component_share(est, 'ep'))} of step time"]
@@ -434,7 +428,7 @@ class Explainer:
         if not others:
             return None
         q, other = max(others, key=lambda pair: pair[1].tokens_per_s_per_gpu)
-        fabric = scaleup_fabric(self.cluster)
+        fabric = self.cluster.gpu.scaleup_fabric
         side = f"across {fabric} domains" if inside else f"inside one {fabric} domain"
         return (f"EP={p.ep}: the best layout with the all-to-all {side} ({layout_label(q)}) is "
                 f"{self._speed_delta(est, other)} (EP all-to-all {_pct(component_share(other, 'ep'))} of its step)")
