@@ -44,6 +44,7 @@ WORST = 0.15  # judged rows above this |error| get their step and one layer prin
 def evaluate() -> list[dict[str, Any]]:
     release, notes = load_release_rows()
     by_id = {row.id: row for row in release}
+    repeats = same_layout_repeats(release)
     rows = []
     for row_id, note in notes.items():
         doc: dict[str, Any] = {"id": row_id, **note}
@@ -54,7 +55,7 @@ def evaluate() -> list[dict[str, Any]]:
                     "judged": row.release not in TRAIN_RELEASES,
                     "recompute": row.case.parallel.recompute, "etp": row.case.parallel.expert_tp,
                     "predicted_tokens_per_s_per_gpu": round(row.published_tokens_per_s * (1 + error), 1),
-                    "error": round(error, 4)}
+                    "error": round(error, 4), "repeats_twin_layout": row.id in repeats}
             if doc["judged"] and abs(error) > WORST:
                 doc["terms"] = _terms(row)
             if _ep_leaves_the_domain(row):
@@ -108,17 +109,16 @@ def _groups(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 
 def granularity_pairs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each row beside its parenthesized run where both ran the same layout: the other FP8 granularity's throughput
-    over the row's, published and predicted. The ratio leaves out everything the two runs share (the model, the
-    layout, the software of the day), so it checks what the model prices for the granularity alone."""
+    """Each row beside its parenthesized run where both ran the same layout (`calibration.same_layout_repeats`): the
+    other FP8 granularity's throughput over the row's, published and predicted. The ratio leaves out everything the
+    two runs share (the model, the layout, the software of the day), so it checks what the model prices for the
+    granularity alone."""
     by_id = {row["id"]: row for row in rows}
     pairs = []
     for row in rows:
-        main = by_id.get(parenthesized_twin(row["id"]) or "")
-        if main is None or row.get("error") is None or main.get("error") is None:
+        if not row.get("repeats_twin_layout"):
             continue
-        if (row["layout"], row["fsdp"]) != (main["layout"], main["fsdp"]):
-            continue
+        main = by_id[parenthesized_twin(row["id"]) or ""]
         published = row["published_tokens_per_s_per_gpu"] / main["published_tokens_per_s_per_gpu"]
         predicted = row["predicted_tokens_per_s_per_gpu"] / main["predicted_tokens_per_s_per_gpu"]
         pairs.append({"row": main["id"], "model": main["model"], "gpu": main["gpu"], "family": main["family"],
@@ -214,9 +214,8 @@ def write_coverage(rows: list[dict[str, Any]]) -> None:
     for old in json.loads(IN_SAMPLE.read_text())["rows"]:
         precision = "fp8" if old["precision"] in ("fp8", "mxfp8", "nvfp4") else "bf16"
         errors[("dense", get_gpu(old["gpu"]).name, precision)].append(old["error"])
-    repeats = same_layout_repeats(load_release_rows()[0])  # one layout counted once per cell
-    for row in rows:
-        if row.get("error") is not None and row["id"] not in repeats:
+    for row in rows:  # one layout counted once per cell
+        if row.get("error") is not None and not row["repeats_twin_layout"]:
             errors[(row["family"], get_gpu(row["gpu"]).name, row["precision"])].append(row["error"])
     # each row's errors when the fit saw neither its model family nor its GPU (run.py): the interval's residuals
     in_sample = json.loads(IN_SAMPLE.read_text())

@@ -118,15 +118,13 @@ def test_the_other_fp8_granularity_is_priced_against_current_scaling_as_the_same
     and one blockwise pair: the predicted ratio within 3 % of the published one at the median (5 % when MXFP8's
     GEMMs were priced at FP8's rate, its one-kernel casts making it the faster), and MXFP8 predicted no faster than
     current scaling on a dense layer, as every dense pair ran."""
-    from megapilot.estimate.calibration import release_error
+    from megapilot.estimate.calibration import release_error, same_layout_repeats
     from megapilot.estimate.published import parenthesized_twin
 
     by_id = {r.id: r for r in release_rows}
     pairs = []
-    for other in release_rows:
-        main = by_id.get(parenthesized_twin(other.id) or "")
-        if main is None or main.case.parallel != other.case.parallel:
-            continue
+    for other in (by_id[row_id] for row_id in same_layout_repeats(release_rows)):
+        main = by_id[parenthesized_twin(other.id) or ""]
         published = other.published_tokens_per_s / main.published_tokens_per_s
         predicted = (1 + release_error(other, CALIBRATED)) * other.published_tokens_per_s / (
             (1 + release_error(main, CALIBRATED)) * main.published_tokens_per_s)
