@@ -33,7 +33,13 @@ sys.path.insert(0, str(ROOT))
 from megapilot.catalog.gpus import get_gpu
 from megapilot.errors import MegapilotError
 from megapilot.estimate import EstimateOptions, estimate
-from megapilot.estimate.published import PublishedLayout, catalog_model, enter_published_run, parenthesized_run
+from megapilot.estimate.published import (
+    PublishedLayout,
+    catalog_model,
+    enter_published_run,
+    parenthesized_run,
+    short_id,
+)
 from megapilot.plan import plan, search_layouts
 from megapilot.plan.cost import CostModel
 from megapilot.plan.planner import cross_domain_dispatcher, model_error_band
@@ -232,9 +238,7 @@ def _check(row: PublishedLayout, these: Sequence[Tally]) -> str:
             tally.variant_hits[index] += want in top3
         if regret is not None:
             tally.regrets.append(regret)
-    head, tag = (row.id.split(" [", 1) + [""])[:2]
-    label = f"{head[:60]} [{tag}" if tag else head[:60]
-    return (f"| {label} | {want} | {'; '.join(map(str, got))} | {'yes' if hit else 'no'} | "
+    return (f"| {short_id(row.id, 60)} | {want} | {'; '.join(map(str, got))} | {'yes' if hit else 'no'} | "
             f"{'yes' if speed_hit else 'no'} | {'-' if regret is None else f'{100 * regret:.1f} %'} |")
 
 

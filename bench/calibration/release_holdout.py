@@ -30,7 +30,7 @@ from megapilot.estimate.calibration import TRAIN_RELEASES, ReleaseRow, release_e
 from megapilot.estimate.comm import scaleup_domain
 from megapilot.estimate.coverage import mechanisms
 from megapilot.estimate.efficiency import CALIBRATED
-from megapilot.estimate.published import PUBLISHED_OPTIONS, parenthesized_twin
+from megapilot.estimate.published import PUBLISHED_OPTIONS, parenthesized_twin, short_id
 from megapilot.estimate.step_time import layer_terms, step_time
 
 OUT_DIR = Path(__file__).resolve().parent
@@ -128,12 +128,6 @@ def granularity_pairs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return pairs
 
 
-def _label(row_id: str, width: int) -> str:
-    """A row's id cut to `width` characters, keeping the tag of a parenthesized run (its row's id + the tag)."""
-    head, tag = (row_id.split(" [", 1) + [""])[:2]
-    return f"{head[:width]} [{tag}" if tag else head[:width]
-
-
 def _pct(x: float) -> str:
     return f"{100 * x:.1f} %"
 
@@ -166,12 +160,12 @@ def write(rows: list[dict[str, Any]]) -> None:
         for row in rows:
             if "refused" in row:
                 if judged_rows:
-                    lines.append(f"| {_label(row['id'], 70)} | {row['layout']} | | "
+                    lines.append(f"| {short_id(row['id'], 70)} | {row['layout']} | | "
                                  f"{row['published_tokens_per_s_per_gpu']} | refused: {row['refused'][:80]} | | |")
                 continue
             if row.get("error") is None or row["judged"] is not judged_rows:
                 continue
-            lines.append(f"| {_label(row['id'], 70)} | {row['layout']}{' FSDP' if row['fsdp'] else ''} | "
+            lines.append(f"| {short_id(row['id'], 70)} | {row['layout']}{' FSDP' if row['fsdp'] else ''} | "
                          f"{row['recompute']} | {row['published_tokens_per_s_per_gpu']} | "
                          f"{row['predicted_tokens_per_s_per_gpu']} | {_pct(row['error'])} | "
                          f"{'; '.join(row['retyped'])} |")
@@ -183,7 +177,7 @@ def write(rows: list[dict[str, Any]]) -> None:
             t = row["terms"]
             step = ", ".join(f"{k} {v}" for k, v in t["step_terms_s"].items())
             layer = ", ".join(f"{k} {v}" for k, v in t["last_layer_terms_ms"].items())
-            lines.append(f"| {_label(row['id'], 50)} | {_pct(row['error'])} | {t['step_s']} "
+            lines.append(f"| {short_id(row['id'], 50)} | {_pct(row['error'])} | {t['step_s']} "
                          f"({t['published_step_s']}) | {step} | {layer} |")
     lines += ["", "The same layout in two FP8 granularities (the tables print the second in parentheses): its",
               "throughput over the per-tensor current scaling's, published and predicted; the ratio's error isolates",
@@ -200,7 +194,7 @@ def write(rows: list[dict[str, Any]]) -> None:
               "overlap: Megatron's defaults) and with the flex dispatcher (a token crosses to each remote domain once)",
               "and the EP all-to-all overlap, which some recipes turn on and the tables do not print:", "",
               "| row | judged | error as typed | with flex + overlap |", "|---|---|---|---|"]
-    lines += [f"| {_label(row['id'], 60)} | {'yes' if row['judged'] else 'no'} | {_pct(row['error'])} | "
+    lines += [f"| {short_id(row['id'], 60)} | {'yes' if row['judged'] else 'no'} | {_pct(row['error'])} | "
               f"{_pct(row['error_with_flex_and_a2a_overlap'])} |" for row in crossing]
     (OUT_DIR / "release_holdout.md").write_text("\n".join(lines) + "\n")
 

@@ -302,6 +302,12 @@ def parenthesized_twin(row_id: str) -> str | None:
     return head if tag else None
 
 
+def short_id(row_id: str, width: int) -> str:
+    """A row's id cut to `width` characters for a report's table, a parenthesized run's tag kept after it."""
+    twin = parenthesized_twin(row_id)
+    return row_id[:width] if twin is None else f"{twin[:width]}{row_id[len(twin):]}"
+
+
 def enter_published_run(row: PublishedLayout) -> PublishedEntry:
     """Estimate the row as printed, retyping it with each refusal's first fix (MegapilotError otherwise), with
     the lightest recompute that fits (`RECOMPUTE_LADDER`; the heaviest when none does)."""

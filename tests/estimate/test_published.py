@@ -22,6 +22,7 @@ from megapilot.estimate.published import (
     preset_named_like,
     published_precision,
     retype_from_refusal,
+    short_id,
 )
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "calibration"
@@ -194,6 +195,8 @@ def test_a_parenthesized_run_is_the_other_granularity_at_the_layout_its_parenthe
     assert row.id.endswith("[parenthesized FP8-MX]") and row.gbs == 128 and row.seq_len == 8192
     assert parenthesized_twin(row.id) == _raw("bridge-25.09-pretrain-DGX-GB200-LLAMA3_70B")["id"]
     assert parenthesized_twin(_raw("bridge-25.09-pretrain-DGX-GB200-LLAMA3_70B")["id"]) is None
+    assert short_id(row.id, 30) == row.id[:30] + " [parenthesized FP8-MX]"  # a report's cut keeps the tag
+    assert short_id(row.id[:40], 30) == row.id[:30]
 
 
 def test_hoppers_parentheses_are_blockwise_fp8_and_tflops_alone_give_tokens_at_the_rows_own_ratio():
