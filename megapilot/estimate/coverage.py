@@ -22,6 +22,7 @@ from importlib import resources
 from typing import Any
 
 from megapilot.estimate.attention_bounds import waits_on_exponentials
+from megapilot.estimate.efficiency import NVFP4_OVER_FP8_RATE
 from megapilot.spec.hardware import GPUSpec
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.training import QUANTIZED_PRECISIONS
@@ -133,8 +134,6 @@ FOUR_BIT_PRECISIONS = ("nvfp4", "mxfp4")
 
 def _fp4_rate_basis(gemm_format: str) -> str:
     """What a 4-bit estimate's GEMM rate rests on, when no training run checks it."""
-    from megapilot.estimate.efficiency import NVFP4_OVER_FP8_RATE
-
     if gemm_format == "nvfp4":
         return (f"its NVFP4 GEMMs run {NVFP4_OVER_FP8_RATE:.2f}x FP8's rate, what Transformer Engine's GEMM "
                 "profiling guide measures for one layer's GEMMs with their quantisation on B300, not the datasheet's "
