@@ -223,8 +223,9 @@ def write_coverage(rows: list[dict[str, Any]]) -> None:
               "heldout_errors": heldout.get((family, gpu, precision), [])}
              for (family, gpu, precision), errs in sorted(errors.items())]
     # every mechanism some published run had: an estimate whose model runs another is checked by no run
-    models = [row.model for row in load_rows()[0]] + [row.case.model for row in load_release_rows()[0]]
-    checked = sorted(set().union(*(mechanisms(model) for model in models)))
+    runs = [(row.model, row.training) for row in load_rows()[0]] + [
+        (row.case.model, row.case.training) for row in load_release_rows()[0]]
+    checked = sorted(set().union(*(mechanisms(model, training.gemm_format) for model, training in runs)))
     COVERAGE.write_text(json.dumps({
         "source": "bench/calibration/release_holdout.py: bench/calibration/results.json (papers, NeMo <= 24.07, "
                   "in-sample) and the NeMo 25.02-25.09 / Megatron-Bridge tables (25.02, 25.04 in the fit; 25.07, "

@@ -1571,7 +1571,7 @@ def slower_than_predicted(log: ParsedLog, config: RunConfig | None) -> Finding |
     if predicted is None or not predicted.step_time_s:
         return None
     assert config.model is not None and config.cluster is not None and config.training is not None
-    interval = band_for(config.model, config.cluster.gpu, config.training.precision)
+    interval = band_for(config.model, config.cluster.gpu, config.training.gemm_format)
     if interval is None:  # a CPU's estimate states no interval
         return None
     slow_end = max(interval.p90_error, 0.0)  # error = predicted / true throughput - 1: its p90 is the slow end

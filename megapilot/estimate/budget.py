@@ -469,7 +469,7 @@ def estimate_band(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     """(relative error, source): the median |error| of the estimate's calibration cell, or UNCALIBRATED_BAND."""
     from megapilot.estimate.coverage import coverage_for
 
-    coverage = coverage_for(model, cluster.gpu, training.precision)
+    coverage = coverage_for(model, cluster.gpu, training.gemm_format)
     cell = coverage.nearest
     if cell is None or coverage.needs_caveat:
         return UNCALIBRATED_BAND, "no published run checks this estimate: a stated ±30 %"

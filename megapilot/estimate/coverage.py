@@ -8,7 +8,8 @@ Blackwell ran high). An estimate is placed in its cell, or the nearest one (the 
 GPUs: its own architecture's before the next generation's, then its precision's, then this GPU's own, then the one
 with more runs; `nearest_coverage` says why); a case outside every calibrated family and vendor (AMD GPUs, hybrid
 Mamba models today), or whose model runs a mechanism no published run had (`mechanisms`: attention sinks, a
-sliding window, Gated DeltaNet, ...), gets a caveat saying that no published run checks it, and a wider interval.
+sliding window, Gated DeltaNet, NVFP4 GEMMs, ...), gets a caveat saying that no published run checks it, and a
+wider interval.
 """
 
 from __future__ import annotations
@@ -79,13 +80,8 @@ class CalibrationCoverage:
         return self.nearest is None
 
     @property
-    def precision_unchecked(self) -> bool:
-        """A 4-bit format: no published run checks its GEMM rate (the bf16 and 8-bit fits share one model)."""
-        return self.precision == "fp4" and self.nearest is not None and self.nearest.precision != "fp4"
-
-    @property
     def needs_caveat(self) -> bool:
-        return self.outside or self.precision_unchecked or bool(self.unchecked_mechanisms) or self.host_paced
+        return self.outside or bool(self.unchecked_mechanisms) or self.host_paced
 
     def statement(self) -> str:
         case = f"{self.family} on {self.gpu} {self.precision}"
@@ -101,14 +97,12 @@ class CalibrationCoverage:
                     f"estimate ({case}); treat it as physics without a measured error")
         cell = self.nearest
         if self.unchecked_mechanisms:
+            four_bit = FORMAT_MECHANISMS.get(self.gemm_format) in self.unchecked_mechanisms and (
+                self.gemm_format in FOUR_BIT_PRECISIONS)
             return (f"calibration: no published run has {', '.join(self.unchecked_mechanisms)} ({case}); the "
                     f"nearest runs ({cell.family} on {cell.gpu} {cell.precision}, {cell.runs} published, median "
                     f"|error| {100 * cell.median_abs_error:.1f} %) never ran those kernels: treat their pricing as "
-                    "physics without a measured error")
-        if self.precision_unchecked:
-            return (f"calibration: no published {self.precision} run checks this estimate ({case}); nearest: "
-                    f"{cell.family} on {cell.gpu} {cell.precision} ({cell.runs} published runs, median |error| "
-                    f"{100 * cell.median_abs_error:.1f} %): {_fp4_rate_basis(self.gemm_format)}")
+                    "physics without a measured error" + (f"; {_fp4_rate_basis(self.gemm_format)}" if four_bit else ""))
         where = "calibrated" if self.exact else (
             f"not calibrated; nearest: {cell.family} on {cell.gpu} {cell.precision}")
         return (f"calibration: {case} {where} ({cell.runs} published runs, median |error| "
@@ -142,10 +136,19 @@ def _fp4_rate_basis(gemm_format: str) -> str:
 
 
 def precision_class(precision: str) -> str:
-    """bf16 (and fp16), fp8 (every 8-bit recipe, MXFP8 included) or fp4 (NVFP4, MXFP4): the fit saw the first two."""
+    """bf16 (and fp16), fp8 (every 8-bit recipe, MXFP8 included) or fp4 (NVFP4, MXFP4) of a precision or a GEMM
+    format (`TrainingSpec.gemm_format`): the fit saw the first two."""
     if precision in FOUR_BIT_PRECISIONS:
         return "fp4"
-    return "fp8" if precision in QUANTIZED_PRECISIONS else "bf16"
+    return "fp8" if precision in QUANTIZED_PRECISIONS or precision.startswith("fp8-") else "bf16"
+
+
+# The GEMM formats whose kernels are priced apart from per-tensor scaled FP8 (delayed or current scaling: one
+# scale per tensor, the same GEMM): their scales ride beside the operands (efficiency.BLOCK_SCALED_GEMM_RATE,
+# NVFP4_OVER_FP8_RATE) and their casts are their own (quantization.py). A format no published run used is a
+# mechanism no run checks, like a model's (`mechanisms`), and its estimate gets the caveat and the outside band.
+FORMAT_MECHANISMS = {"fp8-blockwise": "blockwise-scaled FP8 GEMMs", "mxfp8": "MXFP8 GEMMs", "nvfp4": "NVFP4 GEMMs",
+                     "mxfp4": "MXFP4 GEMMs"}
 
 
 @lru_cache(maxsize=1)
@@ -160,13 +163,20 @@ def _coverage_document() -> dict[str, Any]:
     return dict(json.loads(text))
 
 
-def coverage_for(model: ModelSpec, gpu: GPUSpec, precision: str) -> CalibrationCoverage:
+def coverage_for(model: ModelSpec, gpu: GPUSpec, gemm_format: str) -> CalibrationCoverage:
     """The cell of this estimate, or the nearest calibrated one (None when outside every calibrated one), with the
-    model's mechanisms no published run has."""
-    coverage = _coverage(family_of(model), gpu.name, gpu.vendor, gpu.architecture, precision_class(precision))
+    mechanisms of the model and its GEMM format (`TrainingSpec.gemm_format`; a bare precision is its default
+    recipe) no published run has."""
+    coverage = _coverage(family_of(model), gpu.name, gpu.vendor, gpu.architecture, precision_class(gemm_format))
+    return with_mechanisms(coverage, model, gpu, gemm_format, _unchecked_mechanisms(model, gemm_format))
+
+
+def with_mechanisms(coverage: CalibrationCoverage, model: ModelSpec, gpu: GPUSpec, gemm_format: str,
+                    unchecked: tuple[str, ...]) -> CalibrationCoverage:
+    """A placed estimate with what its model and GPU add to its cell: the related families its interval may
+    borrow, a host-paced device, and the mechanisms (`unchecked`, of those some published run had) no run checks."""
     coverage = replace(coverage, related=related_families(model), host_paced=gpu.vendor == "CPU",
-                       gemm_format=precision)
-    unchecked = _unchecked_mechanisms(model)
+                       gemm_format=gemm_format)
     if waits_on_exponentials(model, gpu):  # a GPU's and a head dimension's: no calibration run's core waited so
         unchecked = (*unchecked, EXPONENTIAL_BOUND)
     return replace(coverage, unchecked_mechanisms=unchecked) if unchecked and coverage.nearest else coverage
@@ -177,14 +187,19 @@ EXPONENTIAL_BOUND = "attention bound by the softmax's exponentials"
 
 
 @lru_cache(maxsize=64)  # asked on every estimate: the planner's thousands share a handful of models
-def _unchecked_mechanisms(model: ModelSpec) -> tuple[str, ...]:
-    return tuple(sorted(mechanisms(model) - checked_mechanisms()))
+def _unchecked_mechanisms(model: ModelSpec, gemm_format: str) -> tuple[str, ...]:
+    return tuple(sorted(mechanisms(model, gemm_format) - checked_mechanisms()))
 
 
-def mechanisms(model: ModelSpec) -> frozenset[str]:
-    """The code paths of a model that the step-time model prices apart from a plain transformer layer, each a set of
-    kernels or collectives a published run either ran or did not: an estimate whose model runs one that no
-    calibration run had is checked by nothing, whatever its family's cell says."""
+def mechanisms(model: ModelSpec, gemm_format: str = "bf16") -> frozenset[str]:
+    """The code paths of a model, and of its GEMM format (`FORMAT_MECHANISMS`), that the step-time model prices
+    apart from a plain transformer layer, each a set of kernels or collectives a published run either ran or did
+    not: an estimate that runs one no calibration run had is checked by nothing, whatever its family's cell says."""
+    fmt = FORMAT_MECHANISMS.get(gemm_format)
+    return _model_mechanisms(model) | (frozenset({fmt}) if fmt else frozenset())
+
+
+def _model_mechanisms(model: ModelSpec) -> frozenset[str]:
     moe = model.moe
     found = {
         "mixture of experts": moe is not None,
@@ -271,10 +286,11 @@ def _generations_apart(cell_architecture: str | None, architecture: str) -> int:
 # experts: the MoE family's), then every cell's. A case placed in a
 # nearest cell, not its own, gets the band widened by WIDEN_NEAREST (a new GPU brings a shift its neighbour's
 # errors do not hold: without it leave-one-GPU-out covers 72 %), a case no published run checks (another vendor, a
-# family never calibrated, a 4-bit format) by WIDEN_OUTSIDE. Coverage on rows held out of the interval's own
-# errors, median width of p10-p90 tokens/s in % of the prediction (bench/calibration/results.md, physics.md):
-# release hold-out 76 % (24 %), leave-one-source-out 77 % (23 %), leave-one-family-out 84 % (28 %),
-# leave-one-GPU-out 91 % (32 %); the interpolated percentiles over 8 errors covered 67, 65, 77 and 83 %.
+# family never calibrated, a mechanism or GEMM format no run had) by WIDEN_OUTSIDE. Coverage on rows held out of the
+# interval's own errors and runs, median width of p10-p90 tokens/s in % of the prediction
+# (bench/calibration/results.md, physics.md): release hold-out 83 % (55 %: most of its rows bring MXFP8, MLA or
+# chunked attention the earlier releases never ran), leave-one-source-out 78 % (27 %), leave-one-family-out 77 %
+# (30 %), leave-one-GPU-out 88 % (40 %).
 INTERVAL_MIN_RUNS = 9
 HELDOUT_ERRORS_PER_RUN = 2  # leave-one-family-out, then leave-one-GPU-out
 INTERVAL_COVERAGE = 0.8
@@ -330,9 +346,9 @@ def error_band(cells: tuple[CoverageCell, ...], coverage: CalibrationCoverage) -
                      f"{basis}: {len(errors)} held-out errors" + ("" if widen == 1.0 else f", widened x{widen}"))
 
 
-def band_for(model: ModelSpec, gpu: GPUSpec, precision: str) -> ErrorBand | None:
-    """The 80 % band of an estimate for this model's family on this GPU and precision (`band_of`)."""
-    return band_of(coverage_for(model, gpu, precision))
+def band_for(model: ModelSpec, gpu: GPUSpec, gemm_format: str) -> ErrorBand | None:
+    """The 80 % band of an estimate for this model's family on this GPU and GEMM format (`band_of`)."""
+    return band_of(coverage_for(model, gpu, gemm_format))
 
 
 def band_of(coverage: CalibrationCoverage) -> ErrorBand | None:

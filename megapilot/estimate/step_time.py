@@ -1170,7 +1170,7 @@ def step_time(
     model_flops = flops_per_step(model, training.seq_length, training.global_batch_size, convention=convention, tp=p.tp)
     tflops = model_flops / (total_s * world) / 1e12
     comm_s = sum(breakdown[k] for k in ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm"))
-    coverage = coverage_for(model, cluster.gpu, training.precision)
+    coverage = coverage_for(model, cluster.gpu, training.gemm_format)
     return StepTime(
         step_time_s=total_s,
         breakdown_s=breakdown,

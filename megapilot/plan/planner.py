@@ -150,7 +150,7 @@ def cross_domain_dispatcher(
 def model_error_band(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> ErrorBand:
     """The estimator's own median |error| where this case lies (its calibrated cell, or the nearest); 10 %
     when no published run checks the case."""
-    coverage = coverage_for(model, cluster.gpu, training.precision)
+    coverage = coverage_for(model, cluster.gpu, training.gemm_format)
     cell = coverage.nearest
     if cell is None:
         return ErrorBand(UNCHECKED_ERROR_BAND, f"no published run checks {coverage.family} models on this GPU "

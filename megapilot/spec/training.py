@@ -125,6 +125,11 @@ class TrainingSpec(BaseModel):
         return self.seq_length * self.global_batch_size
 
     @property
+    def gemm_format(self) -> str:
+        """The GEMMs' format as calibration coverage keeps it: bf16, fp16, or the quantised flavour."""
+        return self.quant_flavour or self.precision
+
+    @property
     def quant_flavour(self) -> QuantFlavour | None:
         """The quantised-GEMM flavour of this run; None for bf16/fp16 GEMMs."""
         if self.precision in ("bf16", "fp16"):

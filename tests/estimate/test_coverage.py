@@ -13,7 +13,10 @@ from megapilot.estimate.coverage import (
     calibrated_cells,
     checked_mechanisms,
     coverage_for,
+    error_band,
     mechanisms,
+    nearest_coverage,
+    with_mechanisms,
 )
 
 
@@ -59,9 +62,10 @@ def test_four_bit_formats_lean_on_the_8_bit_fit_and_every_estimate_says_where_it
     nvfp4 = coverage_for(llama, get_gpu("b200"), "nvfp4")
     assert nvfp4.precision == "fp4" and nvfp4.needs_caveat and not nvfp4.outside
     assert (nvfp4.nearest.gpu, nvfp4.nearest.precision) == ("B200", "fp8")  # same GPU, the fit it leans on
-    assert "no published fp4 run checks this estimate" in nvfp4.statement()
+    assert nvfp4.unchecked_mechanisms == ("NVFP4 GEMMs",)
+    assert "no published run has NVFP4 GEMMs" in nvfp4.statement()
     assert "1.42x FP8's rate" in nvfp4.statement()  # its GEMM rate rests on TE's measured layer, not the datasheet
-    fp8 = coverage_for(llama, get_gpu("b200"), "mxfp8")
+    fp8 = coverage_for(llama, get_gpu("b200"), "mxfp8")  # the 25.07 / 25.09 tables' parenthesized MXFP8 runs
     assert fp8.precision == "fp8" and not fp8.needs_caveat
     flags = {"model": "llama3.1-8b", "gpu": "b200", "gpus": 8, "gbs": 128, "seq_len": 8192}
     for precision, caveat in (("bf16", False), ("fp8", False), ("nvfp4", True)):
@@ -174,6 +178,8 @@ def test_a_mechanism_no_published_run_had_gets_the_caveat_and_the_wider_band():
 
 def test_mechanisms_name_each_priced_code_path_and_a_plain_dense_model_has_none():
     assert mechanisms(get_model("llama3.1-70b")) == frozenset()
+    assert mechanisms(get_model("llama3.1-70b"), "fp8-tensorwise") == mechanisms(get_model("llama3.1-70b"), "fp8")
+    assert mechanisms(get_model("llama3.1-70b"), "fp8-blockwise") == {"blockwise-scaled FP8 GEMMs"}
     assert "Gated DeltaNet" in mechanisms(get_model("qwen3-next-80b-a3b"))
     assert "Mamba-2 mixer" in mechanisms(get_model("nemotron-h-8b"))
     assert {"mixture of experts", "multi-latent attention", "multi-token prediction"} <= mechanisms(
@@ -246,3 +252,17 @@ def test_an_uncalibrated_blackwell_case_borrows_the_nearest_generations_errors_n
     coverage = coverage_for(get_model("llama3.1-70b"), get_gpu("gb200"), "bf16")
     assert coverage.nearest is not None and coverage.nearest.gpu != "A100-SXM4-80GB"
     assert "nearest: dense on GB200 fp8" in coverage.statement()
+
+
+def test_a_gemm_format_no_published_run_used_widens_the_band_as_a_models_mechanism_does():
+    """Block-scaled GEMMs are priced apart from per-tensor FP8 (their rate, their casts): an estimate in a format no
+    calibration run used is checked by nothing, whatever its cell. Were MXFP8 never published, a Llama 3 70B on
+    B200 in MXFP8 would get the outside band, twice the cell's; the committed runs include MXFP8 and NVFP4 is not."""
+    llama, gpu = get_model("llama3.1-70b"), get_gpu("b200")
+    cells = calibrated_cells()
+    placed = nearest_coverage(cells, "dense", gpu.name, gpu.vendor, gpu.architecture, "fp8")
+    unseen = error_band(cells, with_mechanisms(placed, llama, gpu, "mxfp8", ("MXFP8 GEMMs",)))
+    seen = error_band(cells, with_mechanisms(placed, llama, gpu, "mxfp8", ()))
+    assert unseen.p90_error - unseen.p10_error > 1.8 * (seen.p90_error - seen.p10_error)
+    assert "MXFP8 GEMMs" in checked_mechanisms() and "NVFP4 GEMMs" not in checked_mechanisms()
+    assert band_for(llama, gpu, "fp8-tensorwise") == band_for(llama, gpu, "mxfp8")

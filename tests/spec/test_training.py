@@ -20,6 +20,7 @@ def test_tokens_per_step_is_sequence_times_batch():
 def test_each_quantised_precision_names_one_flavour(precision, recipe, flavour):
     spec = TrainingSpec(seq_length=8, global_batch_size=1, precision=precision, fp8_recipe=recipe)
     assert spec.quant_flavour == flavour
+    assert spec.gemm_format == (flavour or precision)  # what calibration coverage keys a format by
     assert (flavour is not None) is (precision in QUANTIZED_PRECISIONS) and precision in PRECISIONS
 
 
