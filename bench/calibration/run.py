@@ -65,13 +65,15 @@ from megapilot.estimate.coverage import (
     ErrorBand,
     error_band,
     family_of,
+    mechanisms,
     nearest_coverage,
     precision_class,
+    with_mechanisms,
 )
 from megapilot.estimate.efficiency import CALIBRATED, EfficiencyParams
 from megapilot.estimate.flops import flops_per_token
 from megapilot.estimate.published import PublishedLayout, enter_published_run, parenthesized_run
-from megapilot.spec import ParallelConfig
+from megapilot.spec import GPUSpec, ModelSpec, ParallelConfig
 
 DATA = ROOT / "tests" / "data" / "calibration" / "published_calibration.json"
 RELEASE_DATA = ROOT / "tests" / "data" / "calibration" / "published_calibration_2025.json"
@@ -336,9 +338,15 @@ def _interval_coverage(errs: dict[str, float], residuals: dict[str, tuple[float,
     """How often a split's held-out error lies in the 80 % band the product would state from the residuals of
     the other groups alone, and the band's median width (p90 - p10 of tokens/s, a fraction of the prediction)."""
     inside, widths = [], []
+    ran = {}  # each run's mechanisms: what a band's runs had is what it checks
+    for row_id, row in by_id.items():
+        model, _, gemm_format = _run(row)
+        ran[row_id] = mechanisms(model, gemm_format)
     for row_id, error in errs.items():
         group = key(by_id[row_id])
-        band = _band(cells, {k: v for k, v in residuals.items() if key(by_id[k]) != group}, by_id[row_id])
+        kept = {k: v for k, v in residuals.items() if key(by_id[k]) != group}
+        checked = frozenset().union(*(ran[k] for k in kept))
+        band = _band(cells, kept, by_id[row_id], tuple(sorted(ran[row_id] - checked)))
         inside.append(band.p10_error <= round(error, RESIDUAL_DIGITS) <= band.p90_error)
         low, high = band.tokens_interval(1.0)
         widths.append(high - low)
@@ -346,16 +354,26 @@ def _interval_coverage(errs: dict[str, float], residuals: dict[str, tuple[float,
 
 
 def _band(cells: dict[str, tuple[str, str, str]], residuals: dict[str, tuple[float, ...]],
-          row: AnyRow) -> ErrorBand:
-    """The 80 % band the product would state for `row` had `residuals` been every held-out error it knew."""
+          row: AnyRow, unchecked: tuple[str, ...]) -> ErrorBand:
+    """The 80 % band the product would state for `row` had `residuals` been every held-out error it knew, and
+    their runs every run it knew: `unchecked` are the mechanisms of `row` none of them had (its GEMM format's
+    included), which widen the band as they widen the product's (`coverage.with_mechanisms`)."""
     grouped: dict[tuple[str, str, str], list[float]] = {}
     for row_id, pair in residuals.items():
         grouped.setdefault(cells[row_id], []).extend(pair)
     table = tuple(CoverageCell(family, gpu, precision, len(errs) // 2, 0.0, 0.0, tuple(errs))
                   for (family, gpu, precision), errs in grouped.items())
     family, gpu_name, klass = cells[row.id]
-    gpu = (row.cluster if isinstance(row, CalibrationRow) else row.case.cluster).gpu
-    return error_band(table, nearest_coverage(table, family, gpu_name, gpu.vendor, gpu.architecture, klass))
+    model, gpu, gemm_format = _run(row)
+    placed = nearest_coverage(table, family, gpu_name, gpu.vendor, gpu.architecture, klass)
+    return error_band(table, with_mechanisms(placed, model, gpu, gemm_format, unchecked))
+
+
+def _run(row: AnyRow) -> tuple[ModelSpec, GPUSpec, str]:
+    """A row's model, GPU and GEMM format."""
+    if isinstance(row, CalibrationRow):
+        return row.model, row.cluster.gpu, row.training.gemm_format
+    return row.case.model, row.case.cluster.gpu, row.case.training.gemm_format
 
 
 def release_group(judged: list[ReleaseRow]) -> Callable[[AnyRow], str]:
