@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+import tempfile
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
@@ -24,13 +25,21 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from run import load_release_rows, load_rows  # bench/calibration/run.py: the rows as the fit saw them
+from run import load_release_rows, load_rows, release_tables  # bench/calibration/run.py: the rows as the fit saw them
 
 from megapilot.estimate.calibration import TRAIN_RELEASES, ReleaseRow, release_error, same_layout_repeats
+from megapilot.estimate.cases import case_from
 from megapilot.estimate.comm import scaleup_domain
 from megapilot.estimate.coverage import mechanisms
 from megapilot.estimate.efficiency import CALIBRATED
-from megapilot.estimate.published import PUBLISHED_OPTIONS, parenthesized_twin, short_id
+from megapilot.estimate.published import (
+    PARENTHESIZED_TAG,
+    PUBLISHED_OPTIONS,
+    PublishedLayout,
+    enter_published_run,
+    parenthesized_twin,
+    short_id,
+)
 from megapilot.estimate.step_time import layer_terms, step_time
 
 OUT_DIR = Path(__file__).resolve().parent
@@ -39,6 +48,27 @@ COVERAGE = ROOT / "megapilot" / "estimate" / "data" / "calibration_coverage.json
 
 
 WORST = 0.15  # judged rows above this |error| get their step and one layer printed term by term
+
+# What the Megatron-Bridge 25.09 recipes ran beside the printed layout, where megapilot has the flag: Bridge
+# v0.1.0rc4 (the 25.09 container's scripts), `scripts/performance/configs/*/*.yaml` (`perf_matrix`: cuda_graphs,
+# cpu_offloading_num_layers, recompute) and `run_script.py`'s DeepSeek-V3 branch (DeepEP and the 1F1B all-to-all
+# overlap on H100, recompute_modules per GPU). `cuda_graphs: true` sets `enable_cuda_graph`: Megatron's own graphs of
+# each whole layer. Left out, having no flag here: NCCL user buffers (H100 Llama 3 8B), the shared experts'
+# overlap and delayed weight gradients (DeepSeek-V3). (GPU, the label in the row's id, formats, flags.)
+WHOLE_LAYER_GRAPHS = {"cuda_graph_impl": "local"}
+RECIPE_RAN: tuple[tuple[str, str, tuple[str, ...], dict[str, Any]], ...] = (
+    ("GB200", "LLAMA3_8B", ("FP8-MX",), WHOLE_LAYER_GRAPHS),
+    ("GB200", "LLAMA3_70B", ("FP8-CS",), {"cpu_offloading_num_layers": 40, "recompute": "none"}),
+    ("GB200", "LLAMA3.1_405B", ("FP8-CS",), {"cpu_offloading_num_layers": 95, "recompute": "none"}),
+    ("GB200", "DeepSeekV3", ("FP8-CS", "FP8-MX"), {"recompute": "selective", "recompute_modules": "mla_up_proj"}),
+    ("GB200", "Qwen3_30B", ("FP8-CS", "FP8-MX"), WHOLE_LAYER_GRAPHS),
+    ("GB200", "Qwen3_235B", ("FP8-CS", "FP8-MX"), WHOLE_LAYER_GRAPHS),
+    ("B200", "LLAMA3_8B", ("FP8-CS", "FP8-MX"), WHOLE_LAYER_GRAPHS),
+    ("B200", "DeepSeekV3", ("FP8-CS", "FP8-MX"), {"recompute": "selective", "recompute_modules": "mla_up_proj"}),
+    ("B200", "Qwen3_30B", ("FP8-CS", "FP8-MX"), WHOLE_LAYER_GRAPHS),
+    ("H100", "DeepSeekV3", ("FP8-CS", "FP8-SC"), {"moe_flex_dispatcher": "deepep", "moe_a2a_overlap": True,
+                                                  "recompute": "selective", "recompute_modules": "mla_up_proj mlp"}),
+)
 
 
 def evaluate() -> list[dict[str, Any]]:
@@ -61,7 +91,33 @@ def evaluate() -> list[dict[str, Any]]:
             if _ep_leaves_the_domain(row):
                 doc["error_with_flex_and_a2a_overlap"] = round(_error_with_moe_options(row), 4)
         rows.append(doc)
+    for raw, published, _ in release_tables():
+        doc = next(d for d in rows if d["id"] == raw["id"])
+        ran = recipe_ran(raw["id"])
+        if ran is not None and published and "error" in doc:
+            doc["recipe_ran"] = ran
+            doc["error_as_recipe_ran"] = round(_error_as_run(PublishedLayout.from_row(raw), ran, published), 4)
     return rows
+
+
+def recipe_ran(row_id: str) -> dict[str, Any] | None:
+    """The flags the 25.09 recipe ran a row with beyond its printed layout (`RECIPE_RAN`), or None."""
+    fmt = row_id.split(PARENTHESIZED_TAG)[1].strip(" ]") if PARENTHESIZED_TAG in row_id else "FP8-CS"
+    return next((flags for gpu, label, formats, flags in RECIPE_RAN
+                 if row_id.startswith("bridge-25.09") and f"-{gpu}-" in row_id and label in row_id
+                 and fmt in formats), None)
+
+
+def _error_as_run(layout: PublishedLayout, ran: dict[str, Any], published: float) -> float:
+    """The row's error with the recipe's flags added to what it was typed with (`enter_published_run`)."""
+    entry = enter_published_run(layout)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "model.json"
+        path.write_text(entry.model.model_dump_json())
+        case = case_from(entry.flags.changed(ran | {"model": str(path)}))
+    options = replace(case.options, grad_reduce_in_bf16=True, efficiency=CALIBRATED)
+    result = step_time(case.model, case.cluster, case.training, case.parallel, options)
+    return result.tokens_per_s_per_gpu / published - 1
 
 
 def _terms(row: ReleaseRow) -> dict[str, Any]:
@@ -196,6 +252,18 @@ def write(rows: list[dict[str, Any]]) -> None:
               "| row | judged | error as typed | with flex + overlap |", "|---|---|---|---|"]
     lines += [f"| {short_id(row['id'], 60)} | {'yes' if row['judged'] else 'no'} | {_pct(row['error'])} | "
               f"{_pct(row['error_with_flex_and_a2a_overlap'])} |" for row in crossing]
+    ran = [row for row in rows if "error_as_recipe_ran" in row]
+    lines += ["", "The 25.09 rows as their recipe ran them: the printed layout with what Megatron-Bridge v0.1.0rc4's",
+              "performance scripts also set, where megapilot has the flag (`RECIPE_RAN`: whole-layer CUDA graphs,",
+              "activation offloading, the recompute modules, DeepEP and the EP all-to-all overlap). The judged figures",
+              "above keep the rows as a user types them from the table:", "",
+              "| row | error as typed | as the recipe ran it | what it also ran |", "|---|---|---|---|"]
+    lines += [f"| {short_id(row['id'], 60)} | {_pct(row['error'])} | {_pct(row['error_as_recipe_ran'])} | "
+              f"{', '.join(f'{k}={v}' for k, v in row['recipe_ran'].items())} |" for row in ran]
+    if ran:
+        typed, as_run = ([abs(row[key]) for row in ran] for key in ("error", "error_as_recipe_ran"))
+        lines += ["", f"Median |error| over these {len(ran)} rows: {_pct(statistics.median(typed))} as typed, "
+                      f"{_pct(statistics.median(as_run))} as the recipe ran them."]
     (OUT_DIR / "release_holdout.md").write_text("\n".join(lines) + "\n")
 
 

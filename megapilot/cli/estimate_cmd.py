@@ -291,21 +291,21 @@ def dispatcher_note(flags: CaseFlags, case: Case) -> str | None:
 
 def cuda_graphs_note(case: Case, result: EstimateResult) -> str | None:
     """With CUDA graphs, what they were priced as and what they change against the same run eager: the captured
-    kernels cost a graph's launch gap; the graphs' own memory (static inputs and outputs, their pool) is not in
-    the memory figure."""
+    kernels save the launch gap a graph saves; the graphs' own memory (static inputs and outputs, their pool) is not
+    in the memory figure."""
     from dataclasses import replace
 
     from megapilot.estimate import step_time
-    from megapilot.estimate.latency import GRAPH_LAUNCH_GAP_S
+    from megapilot.estimate.latency import GRAPH_SAVES_PER_KERNEL_S
 
     graphs = case.options.cuda_graphs
     if graphs is None:
         return None
     eager = step_time(case.model, case.cluster, case.training, case.parallel, replace(case.options, cuda_graphs=None))
     gain = eager.step_time_s / result.step_time_s - 1
-    return (f"CUDA graphs: {graphs.describe()}; the captured kernels are priced at a graph's "
-            f"{GRAPH_LAUNCH_GAP_S * 1e6:.1f} us launch gap, {gain:+.1%} tokens/s against the same run eager; the "
-            "graphs' static buffers are not in the memory figure")
+    return (f"CUDA graphs: {graphs.describe()}; each captured kernel saves the {GRAPH_SAVES_PER_KERNEL_S * 1e6:.1f} us "
+            f"of launch gap a graph takes off (its ramp and drain stay), {gain:+.1%} tokens/s against the same run "
+            "eager; the graphs' static buffers are not in the memory figure")
 
 
 # ---- --batch -------------------------------------------------------------------------------------

@@ -11,8 +11,10 @@ The bandwidth and FLOP terms of the step time scale with the work; three costs d
   their inputs). A small model, or a MoE model with many narrow experts, spends a larger share of its step on
   them, the more so the faster the GPU. The host's own dispatch of each kernel (a Transformer Engine Linear
   forward takes 37-100 us of CPU on a Grace host: TransformerEngine issue #2053) is left out: the host queues
-  ahead of the GPU except after the dispatcher's sync (below). A kernel a CUDA graph replays costs the graph's
-  launch gap instead (`GRAPH_LAUNCH_GAP_S`; `layer_kernel_parts` splits a layer by the parts a graph scope names).
+  ahead of the GPU except after the dispatcher's sync (below). A kernel a CUDA graph replays saves only the
+  difference between the eager and the graph's launch gap (`GRAPH_SAVES_PER_KERNEL_S`): its ramp and drain stay,
+  and with the host queued ahead there is no host time to take off (`layer_kernel_parts` splits a layer by the
+  parts a graph scope names).
 - the host sync: Megatron's alltoall dispatcher needs the tokens each rank sends and receives on the host (the
   all-to-all's split sizes are host arguments), so each MoE layer's forward copies them to the host and waits
   (`cuda_sync_point`, megatron/core/transformer/moe/token_dispatcher.py). The queue drains: the kernels after the
@@ -49,9 +51,15 @@ from megapilot.spec.model import LayerBlock, ModelSpec, YarnRopeScaling
 HOST_LAUNCH_FLOOR_S = 3.8e-6  # a kernel the host launches while the GPU waits takes at least this (same blog)
 HOST_SYNC_S = 5.8e-6  # a stream synchronisation beyond a queued launch (same blog: 9.6 - 3.8 us)
 # A kernel replayed from a CUDA graph: the same blog's 2.9 us kernel ran at 3.4 us per kernel inside a graph, a
-# 0.5 us gap, against 3.8 us launched one by one. The graph takes the host's launches (and Python's and the
-# dispatcher's time before them) off the step; the fitted `kernel_overhead_s` holds them for eager kernels.
+# 0.5 us gap, against 3.8 us launched one by one (0.9 us) with the host queued ahead. What a graph takes off each
+# kernel is that difference; the rest of the fitted `kernel_overhead_s` (its first wave's ramp, its last wave's
+# drain) runs inside a graph too. Priced as the whole overhead but the graph's gap, the Megatron-Bridge 25.09
+# recipes that captured every layer (Bridge v0.1.0rc4 `scripts/performance/configs/*.yaml`, `cuda_graphs: true`:
+# Qwen3 30B-A3B and 235B-A22B on GB200, Qwen3 30B-A3B and Llama 3 8B on B200) would have run 13-42 points
+# faster than they did (Qwen3 30B-A3B on 8 B200: +5.6 % eager, +48 % so; release_holdout.md).
+EAGER_LAUNCH_GAP_S = 0.9e-6
 GRAPH_LAUNCH_GAP_S = 0.5e-6
+GRAPH_SAVES_PER_KERNEL_S = EAGER_LAUNCH_GAP_S - GRAPH_LAUNCH_GAP_S
 TE_GROUPED_GEMM_STREAMS = 4  # Transformer Engine's multi-stream cuBLAS grouped GEMM
 GEMM_TILE = 128  # output tile side of the cuBLAS/CUTLASS kernels (128 x 128 per SM), as step_time pads rows
 

@@ -82,6 +82,7 @@ from megapilot.estimate.flops import (
 )
 from megapilot.estimate.latency import (
     GRAPH_LAUNCH_GAP_S,
+    GRAPH_SAVES_PER_KERNEL_S,
     NCCL_COLLECTIVE_SMS,
     CastKernels,
     layer_kernel_parts,
@@ -218,8 +219,8 @@ class EstimateOptions:
     # FlashAttention never does), or False: an older cuDNN, where TE runs UnfusedDotProductAttention over the whole
     # s x s square (`_unfused_attention_core_s` at `TE_UNFUSED_SINK_SCORE_BYTES`).
     fused_sink_attention: bool = True
-    # CUDA graphs (`--cuda-graph-impl`, `--cuda-graph-scope`): the kernels of the captured parts cost the graph's
-    # launch gap (`latency.GRAPH_LAUNCH_GAP_S`), not the eager `kernel_overhead_s`. None: every kernel eager.
+    # CUDA graphs (`--cuda-graph-impl`, `--cuda-graph-scope`): the kernels of the captured parts cost the eager
+    # `kernel_overhead_s` less the launch gap a graph saves (`latency.GRAPH_SAVES_PER_KERNEL_S`). None: all eager.
     cuda_graphs: CudaGraphs | None = None
     efficiency: EfficiencyParams = CALIBRATED
 
@@ -645,11 +646,12 @@ def _unfused_attention_core_s(model: ModelSpec, training: TrainingSpec, p: Paral
 
 
 def _kernels_s(parts: dict[LayerPart, float], graphs: CudaGraphs | None, eff: EfficiencyParams) -> float:
-    """The fixed cost of a layer's kernels: eager ones at the fitted overhead, those a CUDA graph replays at the
-    graph's launch gap (never above the eager cost)."""
+    """The fixed cost of a layer's kernels: eager ones at the fitted overhead, those a CUDA graph replays at it
+    less the launch gap the graph saves (`latency.GRAPH_SAVES_PER_KERNEL_S`), never below the graph's own gap."""
     graphed = sum(count for part, count in parts.items() if graphs is not None and graphs.captures(part))
     eager = sum(parts.values()) - graphed
-    return eff.kernel_overhead_s * eager + min(eff.kernel_overhead_s, GRAPH_LAUNCH_GAP_S) * graphed
+    replayed_s = min(eff.kernel_overhead_s, max(GRAPH_LAUNCH_GAP_S, eff.kernel_overhead_s - GRAPH_SAVES_PER_KERNEL_S))
+    return eff.kernel_overhead_s * eager + replayed_s * graphed
 
 
 def layer_cost(
