@@ -92,17 +92,20 @@ class CalibrationCoverage:
                     "4-24 % short of the measured steps on a 2-core machine, bench/trainer_cpu/first_prediction.md); "
                     "no interval is stated: one run of it (`suite run`, `run --plan`) calibrates the next estimate "
                     "(`--cluster`)")
+        # A 4-bit GEMM rate no training run measured: its estimate says what the rate rests on, outside every cell
+        # (MXFP4 runs only on MI355X, where no cell is) as beside its nearest one.
+        four_bit = self.gemm_format in FOUR_BIT_PRECISIONS and FORMAT_MECHANISMS[self.gemm_format] not in (
+            checked_mechanisms())
+        rate = f"; {_fp4_rate_basis(self.gemm_format)}" if four_bit else ""
         if self.nearest is None:
             return (f"calibration: no published run of a {self.family} model on this GPU vendor checks this "
-                    f"estimate ({case}); treat it as physics without a measured error")
+                    f"estimate ({case}); treat it as physics without a measured error{rate}")
         cell = self.nearest
         if self.unchecked_mechanisms:
-            four_bit = FORMAT_MECHANISMS.get(self.gemm_format) in self.unchecked_mechanisms and (
-                self.gemm_format in FOUR_BIT_PRECISIONS)
             return (f"calibration: no published run has {', '.join(self.unchecked_mechanisms)} ({case}); the "
                     f"nearest runs ({cell.family} on {cell.gpu} {cell.precision}, {cell.runs} published, median "
                     f"|error| {100 * cell.median_abs_error:.1f} %) never ran those kernels: treat their pricing as "
-                    "physics without a measured error" + (f"; {_fp4_rate_basis(self.gemm_format)}" if four_bit else ""))
+                    f"physics without a measured error{rate}")
         where = "calibrated" if self.exact else (
             f"not calibrated; nearest: {cell.family} on {cell.gpu} {cell.precision}")
         return (f"calibration: {case} {where} ({cell.runs} published runs, median |error| "
@@ -132,7 +135,8 @@ def _fp4_rate_basis(gemm_format: str) -> str:
         return (f"its NVFP4 GEMMs run {NVFP4_OVER_FP8_RATE:.2f}x FP8's rate, what Transformer Engine's GEMM "
                 "profiling guide measures for one layer's GEMMs with their quantisation on B300, not the datasheet's "
                 "2-3x")
-    return f"its {gemm_format or 'fp4'} GEMM rate is the datasheet peak at the fitted 8-bit efficiency, unmeasured"
+    return (f"its {FORMAT_MECHANISMS.get(gemm_format, 'FP4 GEMMs')} are priced at the datasheet's 4-bit peak times "
+            "the fitted 8-bit efficiency, a rate no measurement checks")
 
 
 def precision_class(precision: str) -> str:

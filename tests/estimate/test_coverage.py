@@ -75,6 +75,15 @@ def test_four_bit_formats_lean_on_the_8_bit_fit_and_every_estimate_says_where_it
         assert (result.calibration in result.warnings) is caveat
 
 
+def test_a_4_bit_estimate_outside_every_cell_still_says_what_its_gemm_rate_rests_on():
+    # MXFP4 runs only on MI355X, where no published run is: the caveat is the outside one, and its GEMM rate (the
+    # datasheet's 4-bit peak at the 8-bit fit) is as unmeasured as NVFP4's beside a cell
+    mxfp4 = coverage_for(get_model("llama3.1-70b"), get_gpu("mi355x"), "mxfp4")
+    assert mxfp4.outside
+    assert "MXFP4 GEMMs are priced at the datasheet's 4-bit peak" in mxfp4.statement()
+    assert "4-bit peak" not in coverage_for(get_model("llama3.1-70b"), get_gpu("mi355x"), "mxfp8").statement()
+
+
 def test_a_cell_states_which_way_its_estimates_leaned_only_when_the_lean_is_a_pattern():
     def cell(median_abs: float, median_signed: float) -> CoverageCell:
         return CoverageCell("moe", "B200", "fp8", 5, median_abs, median_signed)
