@@ -112,7 +112,7 @@ def estimate(
     flags = CaseFlags.parse(layout.case_flags() | features.case_flags()
                             | {"force_tp_across_nodes": force_tp_across_nodes})
     case, result = estimate_case(flags, flop_convention)
-    uncalibrated_step_s = result.step_time_s
+    uncalibrated = result
     result, about = calibrator.apply(case, result, cluster)
     request = budget.request(gpu=case.cluster.gpu)
     run = None
@@ -121,7 +121,7 @@ def estimate(
 
         correction = None
         if about and about.get("applied") and about.get("band_pct") is not None:  # the cluster's runs decide
-            correction = ClusterCorrection(result.step_time_s / uncalibrated_step_s, about["band_pct"] / 100,
+            correction = ClusterCorrection(result.step_time_s / uncalibrated.step_time_s, about["band_pct"] / 100,
                                            f"calibrated on cluster {cluster}: {about['reason']}")
         run = run_budget(request, case.model, case.cluster, case.training, case.parallel, case.options,
                          correction)
@@ -129,7 +129,8 @@ def estimate(
 
     resolved = resolve_model(flags.model)  # what --model became and where from (an alias, a hub id offline)
     groups = _layer_groups(case) if layers else ()
-    notes = [note for note in (dispatcher_note(flags, case), cuda_graphs_note(case, result)) if note is not None]
+    # the graphs' gain is the model's own: against the eager run the model prices, before a cluster's calibration
+    notes = [note for note in (dispatcher_note(flags, case), cuda_graphs_note(case, uncalibrated)) if note is not None]
     if json_output:  # what the table's reader is told beside the figures, a tool is too (as `plan --json` does)
         emit_json({**result.model_dump(mode="json"), "model": resolved.to_dict()}
                   | ({"calibration_from_history": about} if about else {}) | budget_json(run)
@@ -297,7 +298,9 @@ def dispatcher_note(flags: CaseFlags, case: Case) -> str | None:
 def cuda_graphs_note(case: Case, result: EstimateResult) -> str | None:
     """With CUDA graphs, what they were priced as and what they change against the same run eager: the captured
     kernels save the launch gap a graph saves; the graphs' own memory (static inputs and outputs, their pool) is not
-    in the memory figure."""
+    in the memory figure. `result` is the model's own estimate of the case, not a cluster's calibration of it: the
+    eager run it is set against is the model's too (a calibrated step against an uncalibrated eager one stated the
+    calibration's correction as the graphs' gain)."""
     from dataclasses import replace
 
     from megapilot.estimate import step_time
