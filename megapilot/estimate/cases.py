@@ -251,7 +251,8 @@ def check_cuda_graphs(model: ModelSpec, parallel: ParallelConfig, training: Trai
     if graphs is None:
         return
     refusal = cuda_graph_refusal(model, parallel, graphs, flex_dispatcher=bool(options.moe_flex_dispatcher),
-                                 router_padding=pads_routing_for_quantization(model, training))
+                                 router_padding=pads_routing_for_quantization(model, training),
+                                 a2a_overlap=options.moe_a2a_overlap is True)
     if refusal is not None:
         raise MegapilotError(f"CUDA graphs ({graphs.describe()}): {refusal}",
                              field="cuda_graph_scope", fix="change the scope or the layout as it says, or leave "

@@ -59,12 +59,16 @@ class CudaGraphs(BaseModel):
 
 
 def cuda_graph_refusal(model: ModelSpec, p: ParallelConfig, graphs: CudaGraphs, *, flex_dispatcher: bool,
-                       router_padding: bool) -> str | None:
+                       router_padding: bool, a2a_overlap: bool = False) -> str | None:
     """Why Megatron-Core refuses these graphs for this model and layout (its TransformerConfig asserts), or None.
     `flex_dispatcher`: the MoE tokens go through the flex dispatcher; `router_padding`: the router pads each
     expert's tokens for quantised GEMMs (`--moe-router-padding-for-quantization`, which `script` writes for every
-    quantised MoE run)."""
+    quantised MoE run); `a2a_overlap`: the expert all-to-all overlap (`--overlap-moe-expert-parallel-comm`) runs."""
     scope = set(graphs.scope)
+    if a2a_overlap and graphs.impl == "transformer_engine" and scope & {"moe", "mlp"}:
+        # TransformerConfig: 'CUDA graph scope on moe and mlp is not supported with overlap_moe_expert_parallel_comm'
+        return (f"the {' and '.join(sorted(scope & {'moe', 'mlp'}))} scope is not captured beside the expert "
+                "all-to-all overlap (--moe-a2a-overlap)")
     if "full_iteration" in scope and graphs.impl != "local":
         return "full_iteration is captured by --cuda-graph-impl local only"
     if "full_iteration" in scope and len(scope) > 1:

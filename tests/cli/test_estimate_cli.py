@@ -404,6 +404,24 @@ def test_experts_leaving_the_domain_name_the_all_to_all_overlap_where_megatron_a
     assert not any("--moe-a2a-overlap hides" in line for line in told)
 
 
+def test_the_overlap_is_not_named_beside_graphs_megatron_refuses_it_with_and_is_refused_there(cli):
+    """Megatron asserts 'CUDA graph scope on moe and mlp is not supported with overlap_moe_expert_parallel_comm':
+    the note named the overlap beside Transformer Engine's mlp graphs, and estimate priced the two together."""
+    deepseek = ("estimate", "--model", "deepseek-v3", "--gpu", "h100", "--gpus", "1024", "--tp", "2", "--pp", "8",
+                "--vpp", "4", "--ep", "64", "--etp", "1", "--gbs", "8192", "--seq-len", "4096", "--pp-layout",
+                "balanced", "--cuda-graph-impl", "transformer_engine")
+    attn = cli(*deepseek, "--cuda-graph-scope", "attn")
+    [note] = [line for line in attn.stdout.splitlines() if line.startswith("dispatcher:")]
+    assert "--moe-a2a-overlap hides" in note
+    mlp = cli(*deepseek, "--cuda-graph-scope", "attn mlp")  # the three dense layers' MLPs
+    assert mlp.exit_code == 0, mlp.stderr
+    [note] = [line for line in mlp.stdout.splitlines() if line.startswith("dispatcher:")]
+    assert "--moe-flex-dispatcher deepep" in note and "--moe-a2a-overlap" not in note
+    refused = cli(*deepseek, "--cuda-graph-scope", "attn mlp", "--moe-a2a-overlap")
+    assert refused.exit_code == 2 and refused.stderr.startswith("error: cuda_graph_scope: ")
+    assert "the mlp scope is not captured beside the expert all-to-all overlap" in refused.stderr
+
+
 QWEN3_GB200 = ("estimate", "--model", "qwen3-30b-a3b", "--gpu", "gb200", "--gpus", "8", "--ep", "8", "--gbs", "512",
                "--seq-len", "4096", "--mbs", "4", "--precision", "fp8")
 
