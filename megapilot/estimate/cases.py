@@ -183,6 +183,9 @@ def case_from(flags: CaseFlags) -> Case:
     if flags.moe_flex_dispatcher and (refusal := flex_dispatcher_refusal(parallel)) is not None:
         raise MegapilotError(refusal, field="moe_flex_dispatcher", fix=f"{KEEP_ALLTOALL}, or use EP > 1")
     if options.cuda_graphs is not None:
+        if cluster.gpu.vendor == "CPU":  # a graph is captured on a CUDA stream: a CPU run has none to capture
+            raise MegapilotError("CUDA graphs capture GPU kernels: a CPU run has none", field="cuda_graph_impl",
+                                 fix="leave --cuda-graph-impl out on a CPU")
         check_cuda_graphs(model, parallel, training, options)
     return Case(model, cluster, training, parallel, allow_tp_across_nodes=bool(flags.force_tp_across_nodes),
                 options=options)

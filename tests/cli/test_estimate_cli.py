@@ -329,6 +329,13 @@ def test_a_cpu_estimate_states_no_interval_and_says_what_it_leaves_out(cli):
     assert payload["tokens_per_s_per_gpu_p10"] is None and payload["tokens_per_s_per_gpu_p90"] is None
 
 
+def test_cuda_graphs_on_a_cpu_are_refused_by_their_flag(cli):
+    """A CPU run has no CUDA stream to capture: the graphs were priced (+0.0 %) and noted as if they ran."""
+    result = cli("estimate", "--model", "tiny", "--gpu", "cpu", "--gpus", "2", "--gpus-per-node", "2", "--seq-len",
+                 "128", "--gbs", "8", "--recompute", "none", "--cuda-graph-impl", "local")
+    assert result.exit_code == 2 and result.stderr.startswith("error: cuda_graph_impl: "), result.stderr
+
+
 HISTORY_ROWS = Path(__file__).resolve().parents[1] / "data" / "history_import" / "published_rows.jsonl"
 GB200_CASE = ("estimate", "--model", "llama3.1-8b", "--gpu", "gb200", "--gpus", "16", "--seq-len", "8192", "--gbs",
               "256", "--precision", "fp8", "--cluster", "nvidia-dgx-gb200")
