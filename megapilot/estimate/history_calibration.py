@@ -54,6 +54,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from megapilot.estimate.coverage import WIDEN_OUTSIDE
+
 # Prior standard deviations of the corrections, against the typical relative error of one measured step
 # (NOISE): compute efficiency moves most with a new container or cluster; collectives are less well known but
 # a smaller share of the step, so they take a correction only when runs with different layouts disagree; the
@@ -84,6 +86,9 @@ BAND_QUANTILE = 0.9
 # (one measured step's typical error, NOISE), however closely the runs used agreed with the model. One run predicted
 # exactly gave +/-0.0 %, an interval of one point and a token budget's days with no spread at all.
 MIN_BAND = NOISE
+# A case whose precision class no run used ran: its band doubles, as the published runs' interval does for a format
+# or kernel no published run had (coverage.WIDEN_OUTSIDE).
+OTHER_PRECISION_BAND_WIDENING = WIDEN_OUTSIDE
 
 
 @dataclass(frozen=True)
@@ -490,6 +495,11 @@ def calibrate(key: RunKey, predicted: StepComponents, runs: Iterable[MeasuredRun
     held_out = leave_one_out(runs_used, weights)
     ids = tuple(run.run_id for run in runs_used)
     rounded = tuple(round(w, 4) for w in weights)
+    # The held-out misses are the runs' own: if none of them ran the case's precision class (an NVFP4 case among
+    # FP8 runs), what that format's GEMMs and casts cost is checked by none of them, as by no published run.
+    other_precision = all(run.key.precision != key.precision for run in runs_used)
+    widen = OTHER_PRECISION_BAND_WIDENING if other_precision else 1.0
+    told = (f"; none of them ran {key.precision}: band widened x{widen:g}" if other_precision else "") + told
     if held_out.worse:
         # checked on the runs, the model predicts them better than any fit on them: it stands as it is, a calibrated
         # prediction with no correction (gated as one), its band its own error on them
@@ -498,7 +508,7 @@ def calibrate(key: RunKey, predicted: StepComponents, runs: Iterable[MeasuredRun
                           f"the uncalibrated model on held-out runs (median {_pct_text(held_out.median)} vs "
                           f"{_pct_text(held_out.uncalibrated_median)}, p90 {_pct_text(held_out.p90)} vs "
                           f"{_pct_text(held_out.uncalibrated_p90)}){told}",
-                          NONE, predicted, ids, rounded, held_out, max(MIN_BAND, held_out.uncalibrated_p90),
+                          NONE, predicted, ids, rounded, held_out, widen * max(MIN_BAND, held_out.uncalibrated_p90),
                           tuple(aside))
     margin = NOISE / math.sqrt(len(runs_used))
     if len(runs_used) > 1 and not held_out.better_by(margin):
@@ -507,9 +517,9 @@ def calibrate(key: RunKey, predicted: StepComponents, runs: Iterable[MeasuredRun
                           f"calibrated on {len(runs_used)} run(s) with no correction: the uncalibrated model already "
                           f"predicts them within their noise ({_pct_text(margin)}; held out: median "
                           f"{_pct_text(held_out.uncalibrated_median)}, a fit {_pct_text(held_out.median)}){told}",
-                          NONE, predicted, ids, rounded, held_out, max(MIN_BAND, held_out.uncalibrated_p90),
+                          NONE, predicted, ids, rounded, held_out, widen * max(MIN_BAND, held_out.uncalibrated_p90),
                           tuple(aside))
-    band = max(MIN_BAND, held_out.p90 if len(runs_used) > 1 else held_out.uncalibrated_p90)
+    band = widen * max(MIN_BAND, held_out.p90 if len(runs_used) > 1 else held_out.uncalibrated_p90)
     reason = (f"calibrated on {len(runs_used)} run(s)" + (
         f"; held out: median {_pct_text(held_out.median)} (uncalibrated {_pct_text(held_out.uncalibrated_median)})"
         if len(runs_used) > 1 else f"; one run: no held-out check, the band is its uncalibrated error (at least "

@@ -251,3 +251,19 @@ def test_runs_too_noisy_to_calibrate_still_widen_the_interval_to_the_models_miss
     assert same.tokens_per_s_per_gpu_p10 < result.tokens_per_s_per_gpu_p10
     assert same.tokens_per_s_per_gpu_p90 >= result.tokens_per_s_per_gpu_p90
     assert same.interval_basis is not None and "calibrated on cluster noisy: 2 run(s)" in same.interval_basis
+
+
+def test_runs_none_of_which_ran_the_cases_precision_class_double_its_band() -> None:
+    """An NVFP4 case calibrated on a cluster's FP8 runs: the runs' held-out misses say nothing of what the 4-bit
+    GEMMs and casts cost, which no published run checks either; its band had come out +/-5 % from FP8 runs alone."""
+    runs = [_run(tp, precision="fp8") for tp in (1, 2, 4, 8)]
+    own = calibrate(_key(tp=2, precision="fp8"), _components(2), [r for r in runs if r.key.tp != 2])
+    other = calibrate(_key(tp=2, precision="fp4"), _components(2), [r for r in runs if r.key.tp != 2])
+    assert own.band is not None and other.band is not None
+    assert "none of them ran" not in own.reason
+    assert "none of them ran fp4: band widened x2" in other.reason
+    held = other.held_out  # the band of a corrected fit, or of the model left as it is, doubled
+    assert any(other.band == pytest.approx(2 * max(MIN_BAND, p90)) for p90 in (held.p90, held.uncalibrated_p90))
+    mixed = calibrate(_key(tp=2, precision="fp4"), _components(2),
+                      [r for r in runs if r.key.tp != 2] + [_run(2, precision="fp4")])
+    assert "none of them ran" not in mixed.reason  # one run of its own class and the band is the runs' again
