@@ -515,6 +515,15 @@ BATCH_FIXES = {
 }
 
 
+def _recipe_named(typed: str | None) -> str | None:
+    """Megatron's --fp8-recipe word for a recipe typed as the performance tables name it (FP8-CS, fp8_sc, ds,
+    current: `published.published_precision`'s vocabulary), or None."""
+    from megapilot.estimate.published import published_precision  # published builds on this module
+
+    named = published_precision(f"fp8-{typed}") if typed else None
+    return named.fp8_recipe if named is not None and named.precision == "fp8" else None
+
+
 def _build_training(flags: CaseFlags) -> TrainingSpec:
     try:
         chosen: dict[str, Any] = {"precision": _or(flags.precision, "bf16"), "optimizer": _or(flags.optimizer, "adam")}
@@ -527,6 +536,8 @@ def _build_training(flags: CaseFlags) -> TrainingSpec:
         recipe_fix = f"with precision fp8 use one of: {', '.join(FP8_RECIPES)}; otherwise drop it"
         if flags.fp8_recipe in ("mxfp8", "nvfp4"):  # Megatron's --fp8-recipe mxfp8 / --fp4-recipe nvfp4
             recipe_fix = f"use --precision {flags.fp8_recipe} (the block-scaled format is a precision here)"
+        elif (meant := _recipe_named(flags.fp8_recipe)) is not None:  # the tables' names: FP8-CS, fp8_sc, current
+            recipe_fix = f"use --fp8-recipe {meant} (Megatron's name for {flags.fp8_recipe})"
         fix = {"precision": f"use one of: {', '.join(PRECISIONS)}",
                "fp8_recipe": recipe_fix,
                "optimizer": f"use one of: {', '.join(OPTIMIZERS)}",

@@ -62,7 +62,7 @@ _PRECISION_WORDS: tuple[tuple[tuple[str, ...], PublishedPrecision], ...] = (
     (("fp8mx", "mxfp8"), PublishedPrecision("mxfp8")),
     (("fp8sc", "fp8blk", "blockwise", "subchannel", "128x128"), PublishedPrecision("fp8", "blockwise")),
     (("fp8ds", "delayed"), PublishedPrecision("fp8", "delayed")),
-    (("fp8cs", "currentscaling", "tensorwise"), PublishedPrecision("fp8", "tensorwise")),
+    (("fp8cs", "current", "tensorwise"), PublishedPrecision("fp8", "tensorwise")),
     (("fp8",), PublishedPrecision("fp8")),
     (("fp16",), PublishedPrecision("fp16")),
 )

@@ -287,6 +287,23 @@ def test_megatrons_mxfp8_recipe_spelling_is_pointed_at_the_precision():
         "use --precision mxfp8 (the block-scaled format is a precision here)")
 
 
+
+@pytest.mark.parametrize(("typed", "megatron"), [("current", "tensorwise"), ("FP8-CS", "tensorwise"),
+                                                 ("fp8_sc", "blockwise"), ("ds", "delayed")])
+def test_the_recipes_names_for_an_fp8_recipe_are_pointed_at_megatrons(typed, megatron):
+    """The tables and Megatron-Bridge name the FP8 recipes FP8-CS, fp8_sc, FP8-DS, "current scaling"; typed so, the
+    refusal listed Megatron's three words without saying which one was meant."""
+    with pytest.raises(MegapilotError) as refused:
+        build_case(model="llama3.1-8b", gpu="h100", gpus=8, gbs=64, seq_len=4096, precision="fp8", fp8_recipe=typed)
+    assert refused.value.field == "fp8_recipe" and refused.value.fix.startswith(f"use --fp8-recipe {megatron} ")
+
+
+def test_an_fp8_recipe_no_table_names_lists_megatrons_words():
+    with pytest.raises(MegapilotError) as refused:
+        build_case(model="llama3.1-8b", gpu="h100", gpus=8, gbs=64, seq_len=4096, precision="fp8", fp8_recipe="fast")
+    assert refused.value.fix == "with precision fp8 use one of: delayed, tensorwise, blockwise; otherwise drop it"
+
+
 # ---- CUDA graphs (--cuda-graph-impl, --cuda-graph-scope) ------------------------------------------------------
 
 def test_cuda_graphs_are_read_in_megatrons_words_and_priced_where_megatron_captures_them():
