@@ -129,6 +129,7 @@ from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.pipeline import LOSS, MTP, PipelineSplit, StageWeights
 from megapilot.spec.training import Optimizer, QuantFlavour, TrainingSpec
+from megapilot.spec.validate import moe_a2a_overlap_refusal
 
 TP_OVERLAP_HIDDEN_FRACTION = 0.8
 GRAD_REDUCE_BYTES = 4  # fp32 main grads are reduced (Megatron's default for bf16 training)
@@ -1182,7 +1183,7 @@ def step_time(
         mfu=tflops / cluster.gpu.peak_tflops(training.precision),
         bubble_fraction=bubble_s / total_s,
         exposed_comm_fraction=comm_s / total_s,
-        warnings=_warnings(breakdown, total_s, ep_inside_domain=not ep_leaves_domain(cluster, p),
+        warnings=_warnings(breakdown, total_s, ep_advice=_ep_advice(model, cluster, p, options),
                            fabric=cluster.gpu.scaleup_fabric)
         + ([coverage.statement()] if coverage.needs_caveat else []) + ([MUON_CAVEAT] if training.uses_muon else [])
         + ([CSA_CAVEAT] if model.csa is not None else [DSA_CAVEAT] if model.dsa is not None else []),
@@ -1195,7 +1196,7 @@ def step_time(
 _STEP_SHARE_WARNINGS = (
     ("pp_bubble", 0.15, "pipeline bubble", ": raise the global batch, use interleaving (--vpp) or lower pp"),
     ("dp_comm", 0.10, "exposed data-parallel communication", ""),
-    ("ep_comm", 0.20, "expert all-to-all", ": keep ep*etp inside the {fabric} domain"),
+    ("ep_comm", 0.20, "expert all-to-all", ""),  # its advice is the layout's (`_ep_advice`)
     ("tp_comm", 0.15, "tensor-parallel communication", ""),
     ("cpu_offload", 0.10, "waiting on activation copies to host memory",
      ": offload fewer layers (--cpu-offloading-num-layers) or recompute some instead"),
@@ -1203,14 +1204,30 @@ _STEP_SHARE_WARNINGS = (
 # An expert group already inside the NVLink domain cannot move closer: what is left is hiding its all-to-all.
 _EP_INSIDE_DOMAIN_ADVICE = (": it runs inside the {fabric} domain already; --overlap-moe-expert-parallel-comm (with "
                             "VPP when pp > 1) hides it behind another micro-batch's compute")
+_EP_OVERLAPPED_INSIDE_ADVICE = ": it runs inside the {fabric} domain and overlapped already"
+# One leaving the domain can come back inside it, or be hidden where Megatron allows the overlap on the layout (the
+# published recipes that spread experts over nodes run the overlap).
+_EP_ACROSS_ADVICE = ": keep ep*etp inside the {fabric} domain"
+_EP_ACROSS_OVERLAP_ADVICE = (", or hide it behind another micro-batch's compute (--overlap-moe-expert-parallel-comm, "
+                             "off here)")
 
 
-def _warnings(breakdown: dict[str, float], total_s: float, *, ep_inside_domain: bool, fabric: str) -> list[str]:
+def _ep_advice(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, options: EstimateOptions) -> str:
+    """What the expert all-to-all warning advises: the lever the layout still has (its domain, the overlap)."""
+    overlapped = model.moe is not None and moe_a2a_overlapped(model, cluster, p, options)
+    if not ep_leaves_domain(cluster, p):
+        return _EP_OVERLAPPED_INSIDE_ADVICE if overlapped else _EP_INSIDE_DOMAIN_ADVICE
+    can_overlap = model.moe is not None and not overlapped and moe_a2a_overlap_refusal(model, p) is None
+    return _EP_ACROSS_ADVICE + (_EP_ACROSS_OVERLAP_ADVICE if can_overlap else "")
+
+
+def _warnings(breakdown: dict[str, float], total_s: float, *, ep_advice: str, fabric: str) -> list[str]:
     """One line per term that takes a larger share of the step than its threshold (a term left out is none);
-    `fabric`: the scale-up links' name (`GPUSpec.scaleup_fabric`)."""
+    `ep_advice`: the expert all-to-all's (`_ep_advice`); `fabric`: the scale-up links' name
+    (`GPUSpec.scaleup_fabric`)."""
     return [
         f"{words} is {breakdown[term] / total_s:.0%} of the step"
-        + (_EP_INSIDE_DOMAIN_ADVICE if term == "ep_comm" and ep_inside_domain else advice).format(fabric=fabric)
+        + (ep_advice if term == "ep_comm" else advice).format(fabric=fabric)
         for term, threshold, words, advice in _STEP_SHARE_WARNINGS
         if breakdown.get(term, 0.0) > threshold * total_s
     ]

@@ -535,16 +535,28 @@ def test_a_heterogeneous_layer_without_attention_pays_no_attention_time_and_half
 
 
 def test_the_all_to_all_warning_advises_what_the_layout_can_still_change():
-    """A heavy expert all-to-all across NVLink domains: keep the group inside one. Already inside: overlap it."""
-    from megapilot.estimate.step_time import _warnings
+    """A heavy expert all-to-all across NVLink domains: keep the group inside one, or overlap it where Megatron
+    allows the overlap on the layout (the recipes that spread experts over nodes do). Already inside: overlap it.
+    Already overlapped: the overlap is not advised again."""
+    from megapilot.catalog import get_model
+    from megapilot.estimate.step_time import _ep_advice, _warnings
 
     breakdown = {"pp_bubble": 0.0, "dp_comm": 0.0, "ep_comm": 3.0, "tp_comm": 0.0}
-    across, = _warnings(breakdown, 10.0, ep_inside_domain=False, fabric="NVLink")
-    inside, = _warnings(breakdown, 10.0, ep_inside_domain=True, fabric="NVLink")
-    assert across == "expert all-to-all is 30% of the step: keep ep*etp inside the NVLink domain"
+    model, h100 = get_model("mixtral-8x7b"), ClusterSpec.from_gpu_count(get_gpu("h100"), 32)
+    flat, piped = (ParallelConfig.for_world(32, tp=2, ep=8, etp=2, pp=pp) for pp in (1, 2))
+    across, = _warnings(breakdown, 10.0, ep_advice=_ep_advice(model, h100, flat, EstimateOptions()), fabric="NVLink")
+    assert across == ("expert all-to-all is 30% of the step: keep ep*etp inside the NVLink domain, or hide it behind "
+                      "another micro-batch's compute (--overlap-moe-expert-parallel-comm, off here)")
+    assert _ep_advice(model, h100, piped, EstimateOptions()) == ": keep ep*etp inside the {fabric} domain"  # no VPP
+    overlapped = EstimateOptions(moe_a2a_overlap=True)
+    assert _ep_advice(model, h100, flat, overlapped) == ": keep ep*etp inside the {fabric} domain"
+    inside_layout = ParallelConfig.for_world(32, tp=1, ep=8)
+    inside, = _warnings(breakdown, 10.0, ep_advice=_ep_advice(model, h100, inside_layout, EstimateOptions()),
+                        fabric="NVLink")
     assert inside.startswith("expert all-to-all is 30% of the step: it runs inside the NVLink domain already")
     assert "--overlap-moe-expert-parallel-comm" in inside
-    assert _warnings(breakdown | {"ep_comm": 1.0}, 10.0, ep_inside_domain=False, fabric="NVLink") == []
+    assert "overlapped already" in _ep_advice(model, h100, inside_layout, overlapped)
+    assert _warnings(breakdown | {"ep_comm": 1.0}, 10.0, ep_advice="", fabric="NVLink") == []
 
 
 def test_the_all_to_all_warning_names_the_gpus_own_scale_up_links():
