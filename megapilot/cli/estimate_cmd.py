@@ -278,7 +278,7 @@ def dispatcher_note(flags: CaseFlags, case: Case) -> str | None:
     prices what `plan` assumes, and the all-to-all overlap beside it where Megatron allows it on this layout (the
     25.09 DeepSeek-V3 recipe on 1,024 H100 ran both: as typed it is predicted 36 % slow, with both 22 % fast)."""
     from megapilot.estimate.cases import cross_domain_flex_backend
-    from megapilot.estimate.moe_terms import ep_leaves_domain
+    from megapilot.estimate.moe_terms import a2a_overlap_runs, ep_leaves_domain
 
     p, cluster = case.parallel, case.cluster
     if case.model.moe is None or "moe_flex_dispatcher" in flags.given() or not ep_leaves_domain(cluster, p):
@@ -286,26 +286,13 @@ def dispatcher_note(flags: CaseFlags, case: Case) -> str | None:
     backend = cross_domain_flex_backend(case.model, cluster)
     if backend is None:  # no flex backend runs here: plan keeps alltoall too
         return None
-    overlap = "" if "moe_a2a_overlap" in flags.given() or not _overlap_runs(case) else (
+    overlap = "" if "moe_a2a_overlap" in flags.given() or not a2a_overlap_runs(
+        case.model, case.training, case.parallel, case.options) else (
         "; --moe-a2a-overlap hides what is left behind another micro-batch's compute (off in Megatron, as here; the "
         "published recipes that spread experts over nodes run both)")
     return (f"dispatcher: the expert group (EP {p.ep} x ETP {p.expert_tp} = {p.ep * p.expert_tp} GPUs) leaves the "
             f"{cluster.scaleup_domain_gpus}-GPU NVLink domain and is priced with Megatron's default alltoall "
             f"dispatcher; --moe-flex-dispatcher {backend} prices the flex dispatcher `plan` assumes there{overlap}")
-
-
-def _overlap_runs(case: Case) -> bool:
-    """Whether Megatron runs the expert all-to-all overlap on this case as asked: its layout, and its CUDA graphs
-    (Transformer Engine's moe and mlp scopes are refused beside it)."""
-    from megapilot.spec import moe_a2a_overlap_refusal
-    from megapilot.spec.cuda_graphs import cuda_graph_refusal, pads_routing_for_quantization
-
-    if moe_a2a_overlap_refusal(case.model, case.parallel) is not None:
-        return False
-    graphs = case.options.cuda_graphs
-    return graphs is None or cuda_graph_refusal(
-        case.model, case.parallel, graphs, flex_dispatcher=bool(case.options.moe_flex_dispatcher),
-        router_padding=pads_routing_for_quantization(case.model, case.training), a2a_overlap=True) is None
 
 
 def cuda_graphs_note(case: Case, result: EstimateResult) -> str | None:

@@ -42,10 +42,11 @@ from megapilot.estimate.quantization import (
     cast_bytes_per_value,
     rht_unfused_share,
 )
+from megapilot.spec.cuda_graphs import cuda_graph_refusal, pads_routing_for_quantization
 from megapilot.spec.hardware import ClusterSpec, GPUSpec
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
-from megapilot.spec.training import QuantFlavour
+from megapilot.spec.training import QuantFlavour, TrainingSpec
 from megapilot.spec.validate import moe_a2a_overlap_refusal
 
 if TYPE_CHECKING:  # a type only: step_time, which defines the options, builds on this module
@@ -247,6 +248,18 @@ def flex_dispatched(cluster: ClusterSpec, p: ParallelConfig, options: EstimateOp
     if options.moe_flex_dispatcher is None:
         return ep_leaves_domain(cluster, p)
     return options.moe_flex_dispatcher
+
+
+def a2a_overlap_runs(model: ModelSpec, training: TrainingSpec, p: ParallelConfig, options: EstimateOptions) -> bool:
+    """Whether Megatron runs `--overlap-moe-expert-parallel-comm` if asked on this case: the layout
+    (`spec.moe_a2a_overlap_refusal`) and its CUDA graphs (Transformer Engine's moe and mlp scopes are refused beside
+    it): what an advice to turn it on must check first."""
+    if model.moe is None or moe_a2a_overlap_refusal(model, p) is not None:
+        return False
+    graphs = options.cuda_graphs
+    return graphs is None or cuda_graph_refusal(
+        model, p, graphs, flex_dispatcher=bool(options.moe_flex_dispatcher),
+        router_padding=pads_routing_for_quantization(model, training), a2a_overlap=True) is None
 
 
 def moe_a2a_overlapped(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, options: EstimateOptions) -> bool:

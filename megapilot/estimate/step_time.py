@@ -102,6 +102,7 @@ from megapilot.estimate.memory import (
 )
 from megapilot.estimate.moe_terms import (
     CLAMP_FORWARD_BYTES_PER_VALUE,
+    a2a_overlap_runs,
     ep_leaves_domain,
     expert_all_to_all_s,
     expert_epilogue_passes_s,
@@ -129,7 +130,6 @@ from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.pipeline import LOSS, MTP, PipelineSplit, StageWeights
 from megapilot.spec.training import Optimizer, QuantFlavour, TrainingSpec
-from megapilot.spec.validate import moe_a2a_overlap_refusal
 
 TP_OVERLAP_HIDDEN_FRACTION = 0.8
 GRAD_REDUCE_BYTES = 4  # fp32 main grads are reduced (Megatron's default for bf16 training)
@@ -1183,7 +1183,7 @@ def step_time(
         mfu=tflops / cluster.gpu.peak_tflops(training.precision),
         bubble_fraction=bubble_s / total_s,
         exposed_comm_fraction=comm_s / total_s,
-        warnings=_warnings(breakdown, total_s, ep_advice=_ep_advice(model, cluster, p, options),
+        warnings=_warnings(breakdown, total_s, ep_advice=_ep_advice(model, cluster, training, p, options),
                            fabric=cluster.gpu.scaleup_fabric)
         + ([coverage.statement()] if coverage.needs_caveat else []) + ([MUON_CAVEAT] if training.uses_muon else [])
         + ([CSA_CAVEAT] if model.csa is not None else [DSA_CAVEAT] if model.dsa is not None else []),
@@ -1212,12 +1212,13 @@ _EP_ACROSS_OVERLAP_ADVICE = (", or hide it behind another micro-batch's compute 
                              "off here)")
 
 
-def _ep_advice(model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, options: EstimateOptions) -> str:
+def _ep_advice(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, p: ParallelConfig,
+               options: EstimateOptions) -> str:
     """What the expert all-to-all warning advises: the lever the layout still has (its domain, the overlap)."""
     overlapped = model.moe is not None and moe_a2a_overlapped(model, cluster, p, options)
     if not ep_leaves_domain(cluster, p):
         return _EP_OVERLAPPED_INSIDE_ADVICE if overlapped else _EP_INSIDE_DOMAIN_ADVICE
-    can_overlap = model.moe is not None and not overlapped and moe_a2a_overlap_refusal(model, p) is None
+    can_overlap = not overlapped and a2a_overlap_runs(model, training, p, options)
     return _EP_ACROSS_ADVICE + (_EP_ACROSS_OVERLAP_ADVICE if can_overlap else "")
 
 

@@ -540,22 +540,28 @@ def test_the_all_to_all_warning_advises_what_the_layout_can_still_change():
     Already overlapped: the overlap is not advised again."""
     from megapilot.catalog import get_model
     from megapilot.estimate.step_time import _ep_advice, _warnings
+    from megapilot.spec.cuda_graphs import CudaGraphs
 
     breakdown = {"pp_bubble": 0.0, "dp_comm": 0.0, "ep_comm": 3.0, "tp_comm": 0.0}
     model, h100 = get_model("mixtral-8x7b"), ClusterSpec.from_gpu_count(get_gpu("h100"), 32)
+    training = TrainingSpec(seq_length=4096, global_batch_size=256)
     flat, piped = (ParallelConfig.for_world(32, tp=2, ep=8, etp=2, pp=pp) for pp in (1, 2))
-    across, = _warnings(breakdown, 10.0, ep_advice=_ep_advice(model, h100, flat, EstimateOptions()), fabric="NVLink")
+    advice = _ep_advice(model, h100, training, flat, EstimateOptions())
+    across, = _warnings(breakdown, 10.0, ep_advice=advice, fabric="NVLink")
     assert across == ("expert all-to-all is 30% of the step: keep ep*etp inside the NVLink domain, or hide it behind "
                       "another micro-batch's compute (--overlap-moe-expert-parallel-comm, off here)")
-    assert _ep_advice(model, h100, piped, EstimateOptions()) == ": keep ep*etp inside the {fabric} domain"  # no VPP
+    no_vpp = _ep_advice(model, h100, training, piped, EstimateOptions())
+    assert no_vpp == ": keep ep*etp inside the {fabric} domain"  # PP 2 without VPP: Megatron refuses the overlap
     overlapped = EstimateOptions(moe_a2a_overlap=True)
-    assert _ep_advice(model, h100, flat, overlapped) == ": keep ep*etp inside the {fabric} domain"
+    assert _ep_advice(model, h100, training, flat, overlapped) == ": keep ep*etp inside the {fabric} domain"
     inside_layout = ParallelConfig.for_world(32, tp=1, ep=8)
-    inside, = _warnings(breakdown, 10.0, ep_advice=_ep_advice(model, h100, inside_layout, EstimateOptions()),
+    inside, = _warnings(breakdown, 10.0, ep_advice=_ep_advice(model, h100, training, inside_layout, EstimateOptions()),
                         fabric="NVLink")
     assert inside.startswith("expert all-to-all is 30% of the step: it runs inside the NVLink domain already")
     assert "--overlap-moe-expert-parallel-comm" in inside
-    assert "overlapped already" in _ep_advice(model, h100, inside_layout, overlapped)
+    assert "overlapped already" in _ep_advice(model, h100, training, inside_layout, overlapped)
+    graphed = EstimateOptions(cuda_graphs=CudaGraphs(impl="transformer_engine", scope=("moe",)))
+    assert _ep_advice(model, h100, training, flat, graphed) == ": keep ep*etp inside the {fabric} domain"  # refused
     assert _warnings(breakdown | {"ep_comm": 1.0}, 10.0, ep_advice="", fabric="NVLink") == []
 
 
