@@ -19,7 +19,8 @@ from megapilot.diagnose.flags import LaunchFlags, RunConfig, apply_fixes, cuda_g
 from megapilot.diagnose.layout_flags import layout_flag_changes
 from megapilot.diagnose.predict import predict
 from megapilot.errors import MegapilotError
-from megapilot.spec import ParallelConfig, Prediction, TrainingSpec, moe_a2a_overlap_refusal, validate_layout
+from megapilot.estimate.moe_terms import a2a_overlap_runs
+from megapilot.spec import ParallelConfig, Prediction, TrainingSpec, validate_layout
 from megapilot.spec.cuda_graphs import CudaGraphs, cuda_graph_refusal
 from megapilot.spec.validate import check_optimizer, light_recompute_modules, most_offloaded_layers
 
@@ -270,8 +271,8 @@ def _overlap_options(config: RunConfig) -> Iterator[LayoutOption | None]:
             change(flags, "--overlap-grad-reduce", None, "overlap the gradient reduce-scatter with the backward pass"),
             change(flags, "--overlap-param-gather", None, "overlap the parameter all-gather with the forward pass")))
     if model.is_moe:
-        if p.ep > 1 and not flags.has("--overlap-moe-expert-parallel-comm") and (
-                moe_a2a_overlap_refusal(model, p) is None):
+        if p.ep > 1 and not flags.has("--overlap-moe-expert-parallel-comm") and config.training is not None and (
+                a2a_overlap_runs(model, config.training, p, config.options)):  # the layout and the run's graphs
             yield proposed_layout(config, "expert all-to-all overlap", p, extra=(
                 change(flags, "--overlap-moe-expert-parallel-comm", None,
                        "run one micro-batch's expert all-to-all under another's compute"),

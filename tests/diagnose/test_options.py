@@ -119,6 +119,16 @@ def test_the_run_switches_in_the_flags_are_what_the_prediction_prices():
     assert "expert all-to-all overlap" in {o.label for o in throughput_options(plain)}
 
 
+def test_the_all_to_all_overlap_is_not_offered_beside_graph_scopes_megatron_refuses_it_with():
+    """Transformer Engine's moe and mlp graph scopes and --overlap-moe-expert-parallel-comm: Megatron-Core asserts
+    one or the other (core_v0.16 on), so the option would write a launch that stops before its first step."""
+    graphed = _config(MIXTRAL + " --moe-token-dispatcher-type alltoall --moe-expert-capacity-factor 1.0 "
+                                "--moe-pad-expert-input-to-capacity --cuda-graph-impl transformer_engine "
+                                "--cuda-graph-scope moe")
+    assert graphed.options.cuda_graphs is not None
+    assert "expert all-to-all overlap" not in {o.label for o in throughput_options(graphed)}
+
+
 def test_tp_communication_overlap_is_offered_only_where_userbuffers_exist():
     flags = LLAMA3_8B + " --sequence-parallel"
     assert "TP communication overlap" in {o.label for o in throughput_options(_config(flags))}
