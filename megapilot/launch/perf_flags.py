@@ -151,7 +151,8 @@ def cuda_graph_sections(plan: SavedPlan, options: LaunchOptions, table: FlagTabl
         return []
     refusal = cuda_graph_refusal(plan.model, plan.parallel, graphs,
                                  flex_dispatcher=flex_dispatcher_backend(plan, options) is not None,
-                                 router_padding=pads_routing_for_quantization(plan.model, plan.training))
+                                 router_padding=pads_routing_for_quantization(plan.model, plan.training),
+                                 a2a_overlap=a2a_overlap_applies(plan, options))
     if refusal is not None:
         raise MegapilotError(f"CUDA graphs ({graphs.describe()}): {refusal}", field="cuda_graph_scope",
                              fix="change the scope or the layout as it says, or leave --cuda-graph-impl out")

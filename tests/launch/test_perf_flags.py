@@ -341,6 +341,20 @@ def test_before_core_v0_16_the_graphs_are_one_scope_word_and_recompute_is_refuse
         assert err.value.field == "megatron_version" and words in err.value.problem, err.value.problem
 
 
+def test_the_moe_graph_scope_beside_the_expert_all_to_all_overlap_is_refused_as_megatron_asserts() -> None:
+    """Megatron-Core (core_v0.16 on): 'CUDA graph scope on moe and mlp is not supported with
+    overlap_moe_expert_parallel_comm'; the script had written both, a launch that stops before its first step."""
+    assert MIXTRAL_8X7B.moe is not None
+    padded = MIXTRAL_8X7B.model_copy(update={"moe": MIXTRAL_8X7B.moe.model_copy(
+        update={"capacity_factor": 1.0, "pad_to_capacity": True})})
+    moe = make_plan(padded, "h100", 1, TRAIN, ep=8)
+    graphs = _graphs("transformer_engine", "attn", "moe")
+    assert "--cuda-graph-impl" in _args(moe, _graphed(graphs))  # alone, on token drop padded to capacity
+    with pytest.raises(MegapilotError) as refused:
+        _args(moe, _graphed(graphs, moe_a2a_overlap=True))
+    assert refused.value.field == "cuda_graph_scope" and "expert all-to-all overlap" in refused.value.problem
+
+
 def test_cuda_graphs_megatron_refuses_or_a_release_cannot_say_are_refused_and_a_cpu_run_leaves_them_out() -> None:
     dense = make_plan(LLAMA31_8B, "h100", 1, TRAIN, recompute="full")
     with pytest.raises(MegapilotError) as refused:
