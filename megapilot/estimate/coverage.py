@@ -84,7 +84,11 @@ class CalibrationCoverage:
         return self.outside or bool(self.unchecked_mechanisms) or self.host_paced
 
     def statement(self) -> str:
-        case = f"{self.family} on {self.gpu} {self.precision}"
+        # FP16's GEMMs run at BF16's tensor-core rate and are priced so, in BF16's class; the line names what the
+        # case ran, not only its class, so an FP16 estimate is not read as a BF16 one
+        shown = (f"fp16 (priced as {self.precision}, one tensor-core rate; no published run is fp16)"
+                 if self.gemm_format == "fp16" else self.precision)
+        case = f"{self.family} on {self.gpu} {shown}"
         if self.host_paced:
             return (f"calibration: no published run is of a CPU ({case}); the model prices its measured matmul, "
                     "memory and per-op rates with the trainer's op counts, not what else a CPU core computes slowly "

@@ -27,6 +27,14 @@ def test_a_calibrated_cell_states_its_runs_and_median_error():
     assert "calibrated (" in coverage.statement() and "median |error|" in coverage.statement()
 
 
+def test_an_fp16_estimate_names_fp16_and_the_bf16_runs_it_is_priced_on():
+    statement = coverage_for(get_model("llama3.1-70b"), get_gpu("h100"), "fp16").statement()
+    # the line said "bf16" alone, and an FP16 estimate read as a BF16 one
+    assert "dense on H100-SXM5-80GB fp16 (priced as bf16" in statement
+    assert "no published run is fp16" in statement
+    assert "fp16" not in coverage_for(get_model("llama3.1-70b"), get_gpu("h100"), "bf16").statement()
+
+
 def test_an_uncalibrated_nvidia_gpu_names_the_nearest_calibrated_cell_of_its_own_generation():
     coverage = coverage_for(get_model("llama3.1-70b"), get_gpu("h200"), "bf16")
     assert not coverage.exact and not coverage.outside
