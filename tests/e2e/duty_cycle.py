@@ -65,6 +65,9 @@ class ranks_of_node:  # lower case: read as a function at the call sites
         return found
 
 
+STARTUP_TIMEOUT_S = 120.0
+
+
 class DutyCycle:
     """Stops and continues what `find` returns on a fixed cycle until closed. `rescan_s` > 0 looks the workers up
     again only that often (reading every process's environment takes long on a busy machine).
@@ -78,11 +81,14 @@ class DutyCycle:
         self.find = find
         self.seen: set[int] = set()
         context = multiprocessing.get_context("spawn")
-        self.done = context.Event()
+        self.done, cycling = context.Event(), context.Event()
         self.report: multiprocessing.queues.SimpleQueue[set[int]] = context.SimpleQueue()
         self.process = context.Process(target=_cycle, args=(find, stopped_s, running_s, rescan_s, self.done,
-                                                             self.report), daemon=True)
+                                                             cycling, self.report), daemon=True)
         self.process.start()
+        # a fresh interpreter takes seconds to start on a busy machine: returned before it cycles, a node started
+        # next ran its first steps unslowed, and the straggler's median over a short run was once no slower
+        cycling.wait(timeout=STARTUP_TIMEOUT_S)
 
     def close(self) -> None:
         self.done.set()
@@ -101,9 +107,11 @@ def _signal(workers: list[psutil.Process], sig: signal.Signals) -> None:
 
 
 def _cycle(find: Finder, stopped_s: float, running_s: float, rescan_s: float,
-           done: multiprocessing.synchronize.Event, report: multiprocessing.queues.SimpleQueue[set[int]]) -> None:
+           done: multiprocessing.synchronize.Event, cycling: multiprocessing.synchronize.Event,
+           report: multiprocessing.queues.SimpleQueue[set[int]]) -> None:
     with contextlib.suppress(OSError):  # not permitted: the cycle still runs, at the usual priority
         os.setpriority(os.PRIO_PROCESS, 0, -15)
+    cycling.set()
     workers: list[psutil.Process] = []
     seen: set[int] = set()
     looked_at = 0.0

@@ -8,6 +8,7 @@ import os
 import sys
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,12 +33,19 @@ def run_two_nodes(tmp_path: Path, nproc_per_node: int, module_argv: list[str], s
     port = free_port()
     env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     logs = [tmp_path / f"node{k}.log" for k in range(2)]
-    with ExitStack() as stack:
-        processes = [stack.enter_context(started_tree(
+    def node(k: int) -> Any:
+        return stack.enter_context(started_tree(
             [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(k),
              "--nproc-per-node", str(nproc_per_node), "--master-addr", "127.0.0.1", "--master-port", str(port),
-             *module_argv], log_path=logs[k], cwd=tmp_path, env=env)) for k in range(2)]
-        cycle = DutyCycle(descendants_of(processes[slow_node].pid), stopped_s=stopped_s, running_s=running_s)
+             *module_argv], log_path=logs[k], cwd=tmp_path, env=env))
+
+    with ExitStack() as stack:
+        # the slowed node first, then its cycle, then the other: no step runs before both nodes meet, so none
+        # runs before the cycle does
+        slow = node(slow_node)
+        cycle = DutyCycle(descendants_of(slow.pid), stopped_s=stopped_s, running_s=running_s)
+        other = node(1 - slow_node)
+        processes = [slow, other] if slow_node == 0 else [other, slow]
         try:
             codes = [p.wait(timeout=timeout_s) for p in processes]
         finally:
