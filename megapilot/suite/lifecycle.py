@@ -854,10 +854,10 @@ def _predict(ctx: _Context, launch: CellLaunch) -> Prediction:
 def _measured_so_far(ctx: _Context) -> tuple[MeasuredRun, ...]:
     """This run's finished combos, its smoke run first, as measured runs of its cluster: what calibrates the
     predictions on a cluster the history has no runs of. There the smoke run is the first measurement there is;
-    without it every combo of a first run is predicted from the device's rates alone (a CPU's 4-24 % short on a
-    2-core machine: what two ranks lose against one and the GELU's erf are not priced). Where the
-    history has runs they calibrate alone: this run's own share whatever slows the cluster now, and a prediction
-    made from them could not show it."""
+    without it every combo of a first run is predicted from the device's rates alone (a CPU's within 1-16 % on a
+    2-core machine, `coverage.CPU_FIRST_PREDICTION_ERROR_PCT`: what two ranks lose against one and the GELU's erf
+    are not priced). Where the history has runs they calibrate alone: this run's own share whatever slows the
+    cluster now, and a prediction made from them could not show it."""
     convert = ctx.request.measured_run_of
     if convert is None or not ctx.request.calibrate:
         return ()

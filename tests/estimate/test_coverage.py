@@ -246,6 +246,19 @@ def test_a_cpu_gets_no_interval_from_the_gpus_errors_and_says_what_paces_it():
     assert band_for(model, get_gpu("h100"), "bf16") is not None  # a GPU keeps its interval
 
 
+def test_a_cpus_stated_first_prediction_error_is_the_committed_benchs():
+    """The range a CPU estimate quotes for itself is bench/trainer_cpu/first_prediction.json's, not an older run's
+    (it said 4-24 % after the host rates' upper median had brought the bench to 1-16 %)."""
+    import json
+    from pathlib import Path
+
+    from megapilot.estimate.coverage import CPU_FIRST_PREDICTION_ERROR_PCT
+
+    bench = Path(__file__).parents[2] / "bench" / "trainer_cpu" / "first_prediction.json"
+    errors = [abs(100 * case["error_vs_median"]) for case in json.loads(bench.read_text())]
+    assert (max(1, round(min(errors))), round(max(errors))) == CPU_FIRST_PREDICTION_ERROR_PCT
+
+
 def test_an_uncalibrated_blackwell_case_borrows_the_nearest_generations_errors_not_the_busiest_cells():
     """Among same-family cells of other GPUs, the machine decides before the run count: a GB200 bf16 dense case is
     nearer an H100's errors (the next generation) than an A100's (two away), however many runs the A100 cell has;
