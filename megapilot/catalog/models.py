@@ -153,8 +153,8 @@ def get_model(name_or_path: str | Path) -> ModelSpec:
 
 def _hub_model(repo_id: str) -> ModelSpec:
     """A hub id's config.json (cache or download), named after the repository (not its snapshot hash). Where
-    neither can give it (offline, gated), the preset read from that very config.json stands in, under the preset's
-    name, so the substitution shows in every output."""
+    neither can give it (offline, gated), the preset of that repository (`preset_of_hub_repo`) stands in, under the
+    preset's name, so the substitution shows in every output."""
     try:
         config = resolve_hub_config(repo_id)
     except MegapilotError:
@@ -166,9 +166,12 @@ def _hub_model(repo_id: str) -> ModelSpec:
 
 
 def preset_of_hub_repo(repo_id: str) -> ModelPreset | None:
-    """The preset whose source is `repo_id`'s config.json on the hub (its first source, as models.yaml cites it)."""
-    prefix = f"https://huggingface.co/{repo_id}/blob/main/config.json".lower()
-    return next((preset for preset in load_presets().values() if preset.source.lower().startswith(prefix)), None)
+    """The preset whose first source (as models.yaml cites it) is `repo_id` on the hub: its config.json, or the
+    repository's model card where the shape came from the model's Megatron provider (Nemotron-H)."""
+    repository = f"https://huggingface.co/{repo_id}".lower()
+    cited = {repository, f"{repository}/blob/main/config.json"}
+    return next((preset for preset in load_presets().values()
+                 if preset.source.split(maxsplit=1)[0].lower() in cited), None)
 
 
 def preset_by_unique_prefix(name: str) -> ModelPreset | None:

@@ -84,6 +84,16 @@ def test_offline_a_hub_id_a_preset_was_read_from_gives_that_preset_under_its_nam
     assert get_model(REPO).name == "Llama-3.1-8B"
 
 
+def test_offline_a_hub_id_whose_model_card_a_preset_cites_gives_that_preset(hub_env: Path):
+    """Nemotron-H's presets cite the repository's model card (their shape is Megatron-Bridge's provider's): its hub
+    id stood in for nothing offline, though the repository is the same. A repository that merely begins like a
+    cited one is not it."""
+    assert get_model("nvidia/Nemotron-H-56B-Base-8K") == get_model("nemotron-h-56b")
+    assert get_model("nvidia/Nemotron-H-8B-Base-8K") == get_model("nemotron-h-8b")
+    with pytest.raises(MegapilotError):
+        get_model("nvidia/Nemotron-H-56B-Base")
+
+
 def test_cli_names_the_hub_id_error_on_one_line(cli):
     result = cli("estimate", "--model", "nvidia/not-cached", "--gpu", "h100", "--gpus", "8", "--gbs", "8",
                  "--seq-len", "1024")
