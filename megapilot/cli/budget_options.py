@@ -214,7 +214,7 @@ def print_budget_ranking(budgeted: BudgetedPlan) -> None:
 
     run = budgeted.runs[0]
     table = Table(title=f"ranked by time to train {run.tokens / 1e9:,.0f} B tokens "
-                        f"(bands ±{100 * run.band_fraction:.1f} %)")
+                        f"(bands {run.band.words()})")
     for column in ("#", "layout", "days", "M GPU-hours", "MWh", "cost", "goodput %"):
         table.add_column(column, justify="left" if column == "layout" else "right")
     for index, (cand, r) in enumerate(zip(budgeted.plan.candidates, budgeted.runs, strict=True), start=1):

@@ -17,9 +17,11 @@ failures cost (`goodput`). GPU-hours = elapsed x GPUs; energy = GPU-hours x the 
 network and cooling - the PUE - are not counted, and a GPU seldom draws its full TDP, so it is an upper bound of the
 GPUs' own draw); cost = GPU-hours x the price.
 
-Each figure carries the band of the step-time estimate behind it: +/- the median |error| of throughput on the
-published runs of the estimate's calibration cell (its family, GPU and precision, or the nearest), so about half
-of those runs fell inside it; a case outside every cell gets UNCALIBRATED_BAND and says so.
+Each figure carries the 80 % interval of the step-time estimate behind it (`TimeBand`), the one the estimate
+states for its tokens/s: from the held-out errors of the published runs nearest to it (`coverage.band_for`), or,
+calibrated on the cluster's runs, from theirs. Time is tokens over throughput, so a throughput the estimate may
+overrate by 24 % is a run that may take 24 % longer. A case no interval speaks for (a CPU) gets UNCALIBRATED_BAND
+and says so.
 """
 
 from __future__ import annotations
@@ -220,16 +222,49 @@ class Segment:
 
 
 @dataclass(frozen=True)
+class TimeBand:
+    """The factors the run's true time may lie between, against the estimated time, and where they come from."""
+
+    low: float
+    high: float
+    source: str
+
+    @classmethod
+    def symmetric(cls, fraction: float, source: str) -> TimeBand:
+        """+/- `fraction` of the time (a measured step's spread, or a stated band no interval backs)."""
+        return cls(1 - fraction, 1 + fraction, source)
+
+    @classmethod
+    def of_throughput(cls, p10_error: float, p90_error: float, source: str) -> TimeBand:
+        """From an 80 % interval of predicted / true throughput - 1: the time is the estimate's x (1 + error)."""
+        return cls(1 + p10_error, 1 + p90_error, source)
+
+    @classmethod
+    def within_factor(cls, band: float, source: str) -> TimeBand:
+        """True throughput within a factor 1 + `band` of the estimate either way (a cluster's calibration)."""
+        return cls(1 / (1 + band), 1 + band, source)
+
+    def words(self) -> str:
+        """'±2.8 %' where the ends are even, else '-29.2/+24.0 %'."""
+        below, above = 100 * (1 - self.low), 100 * (self.high - 1)
+        return f"±{above:.1f} %" if abs(below - above) < 0.05 else f"-{below:.1f}/+{above:.1f} %"
+
+    def to_json(self) -> dict[str, object]:
+        return {"band_low_pct": round(100 * (self.low - 1), 2), "band_high_pct": round(100 * (self.high - 1), 2),
+                "band_source": self.source}
+
+
+@dataclass(frozen=True)
 class Band:
-    """A figure with its band: value x (1 -/+ the estimate's relative error)."""
+    """A figure with its band: value x the band's low and high factors."""
 
     value: float
     low: float
     high: float
 
     @classmethod
-    def around(cls, value: float, fraction: float) -> Band:
-        return cls(value, value * (1 - fraction), value * (1 + fraction))
+    def within(cls, value: float, band: TimeBand) -> Band:
+        return cls(value, value * band.low, value * band.high)
 
     def to_json(self, digits: int = 3) -> dict[str, float]:
         return {"value": _round(self.value, digits), "low": _round(self.low, digits),
@@ -293,8 +328,7 @@ class TimeToTrain:
     iterations: int
     segments: tuple[Segment, ...]
     gpus: int
-    band_fraction: float
-    band_source: str
+    band: TimeBand
     goodput: Goodput
     tdp_w: float | None
     cost_per_gpu_hour: float | None
@@ -323,23 +357,23 @@ class TimeToTrain:
 
     @property
     def days(self) -> Band:
-        return Band.around(self.elapsed_s / 86400, self.band_fraction)
+        return Band.within(self.elapsed_s / 86400, self.band)
 
     @property
     def gpu_hours(self) -> Band:
-        return Band.around(self.elapsed_s / 3600 * self.gpus, self.band_fraction)
+        return Band.within(self.elapsed_s / 3600 * self.gpus, self.band)
 
     @property
     def energy_mwh(self) -> Band | None:
         if self.tdp_w is None:
             return None
-        return Band.around(self.gpu_hours.value * self.tdp_w / 1e6, self.band_fraction)
+        return Band.within(self.gpu_hours.value * self.tdp_w / 1e6, self.band)
 
     @property
     def cost(self) -> Band | None:
         if self.cost_per_gpu_hour is None:
             return None
-        return Band.around(self.gpu_hours.value * self.cost_per_gpu_hour, self.band_fraction)
+        return Band.within(self.gpu_hours.value * self.cost_per_gpu_hour, self.band)
 
     @property
     def fits(self) -> bool:
@@ -352,7 +386,7 @@ class TimeToTrain:
             "days": self.days.to_json(), "gpu_hours": self.gpu_hours.to_json(),
             "energy_mwh": energy.to_json() if energy else None, "cost": cost.to_json() if cost else None,
             "compute_days": round(self.compute_s / 86400, 3),
-            "band_pct": round(100 * self.band_fraction, 2), "band_source": self.band_source,
+            **self.band.to_json(),
             "tdp_w": self.tdp_w, "cost_per_gpu_hour": self.cost_per_gpu_hour,
             "segments": [s.to_json() for s in self.segments],
             **self.goodput.to_json(),
@@ -365,7 +399,7 @@ class TimeToTrain:
             parts.append(f"{self.energy_mwh.value:,.0f} MWh at TDP")
         if self.cost is not None:
             parts.append(f"${self.cost.value:,.0f}")
-        return " · ".join(parts) + f" (each ±{100 * self.band_fraction:.1f} %, {self.band_source})"
+        return " · ".join(parts) + f" (each {self.band.words()}, {self.band.source})"
 
 
 def segments_for(request: BudgetRequest, training: TrainingSpec, cost: StepCost) -> list[Segment]:
@@ -441,9 +475,9 @@ class Fleet:
 
 
 def time_to_train(request: BudgetRequest, training: TrainingSpec, fleet: Fleet, cost: StepCost, *,
-                  checkpoint: CheckpointCost, band: tuple[float, str]) -> TimeToTrain:
+                  checkpoint: CheckpointCost, band: TimeBand) -> TimeToTrain:
     """The plan of the whole run. `cost` answers a step time per shape; `checkpoint` is the one to save (the
-    request's measured one wins); `band` is (relative error, where it comes from).
+    request's measured one wins); `band` is the estimate's interval, as factors on its time.
 
     Daly's interval is counted in steps of the run as a whole (its failure-free time over its steps), as the run is
     priced: every piece's steps at their own time. Megatron's --save-interval counts every step, warm-up and phases
@@ -457,7 +491,7 @@ def time_to_train(request: BudgetRequest, training: TrainingSpec, fleet: Fleet, 
                   step_time_s=compute_s / iterations)
     return TimeToTrain(
         tokens=sum(s.tokens for s in segments), iterations=iterations,
-        segments=tuple(segments), gpus=fleet.gpus, band_fraction=band[0], band_source=band[1],
+        segments=tuple(segments), gpus=fleet.gpus, band=band,
         goodput=run, tdp_w=fleet.tdp_w, cost_per_gpu_hour=request.cost_per_gpu_hour,
     )
 
@@ -465,16 +499,15 @@ def time_to_train(request: BudgetRequest, training: TrainingSpec, fleet: Fleet, 
 # ---- the estimator as a StepCost -------------------------------------------------------------------
 
 
-def estimate_band(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> tuple[float, str]:
-    """(relative error, source): the median |error| of the estimate's calibration cell, or UNCALIBRATED_BAND."""
-    from megapilot.estimate.coverage import coverage_for
+def estimate_band(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> TimeBand:
+    """The estimate's own 80 % interval (`coverage.band_for`, what its tokens/s line states) as factors on its time,
+    or +/- UNCALIBRATED_BAND where no interval speaks for it (a CPU)."""
+    from megapilot.estimate.coverage import band_for
 
-    coverage = coverage_for(model, cluster.gpu, training.gemm_format)
-    cell = coverage.nearest
-    if cell is None or coverage.needs_caveat:
-        return UNCALIBRATED_BAND, "no published run checks this estimate: a stated ±30 %"
-    where = "" if coverage.exact else f"nearest cell {cell.family} on {cell.gpu} {cell.precision}, "
-    return cell.median_abs_error, f"{where}median |error| of {cell.runs} published runs"
+    band = band_for(model, cluster.gpu, training.gemm_format)
+    if band is None:
+        return TimeBand.symmetric(UNCALIBRATED_BAND, "no published run checks this estimate: a stated ±30 %")
+    return TimeBand.of_throughput(band.p10_error, band.p90_error, f"the estimate's 80 % interval, {band.basis}")
 
 
 def layout_step_cost(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, parallel: ParallelConfig,

@@ -14,6 +14,7 @@ from megapilot.estimate.budget import (
     Shape,
     ShapeCost,
     StepCost,
+    TimeBand,
     TimeToTrain,
     estimate_band,
     layout_step_cost,
@@ -31,7 +32,8 @@ from megapilot.spec.training import TrainingSpec
 @dataclass(frozen=True)
 class ClusterCorrection:
     """The cluster's own runs' say on a layout (megapilot.estimate.history_calibration): its calibrated step over
-    the estimator's, and the band of the calibration's held-out errors."""
+    the estimator's, and the band of the calibration's held-out errors (tokens/s within a factor 1 + band of the
+    calibrated figure, `history_calibration.calibrated_interval`)."""
 
     step_scale: float
     band_fraction: float
@@ -51,7 +53,8 @@ def run_budget(request: BudgetRequest, model: ModelSpec, cluster: ClusterSpec, t
     cost = layout_step_cost(model, cluster, training, parallel, options)
     band = estimate_band(model, cluster, training)
     if correction is not None:
-        cost, band = _scaled(cost, correction.step_scale), (correction.band_fraction, correction.source)
+        cost, band = _scaled(cost, correction.step_scale), TimeBand.within_factor(correction.band_fraction,
+                                                                                  correction.source)
     return time_to_train(request, training, Fleet.of(cluster), cost, checkpoint=checkpoint, band=band)
 
 

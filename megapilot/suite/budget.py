@@ -40,6 +40,7 @@ from megapilot.estimate.budget import (
     Phase,
     Shape,
     ShapeCost,
+    TimeBand,
     layout_step_cost,
     parse_phase,
     parse_tokens,
@@ -223,7 +224,7 @@ def project_budget(budget: BudgetConfig | None, model: ModelSpec, gpu: GPUSpec |
         return BudgetProjection(tokens=budget.tokens, combo=combo.key, notes=[f"no projection: {exc}"])
     g, step_s = run.goodput, _step_s(combo)
     notes = [f"step time: combo {combo.key}, measured mean {step_s:.4g} s "
-             f"(GBS {combo.gbs}, seq {combo.seq_length}, {run.gpus} GPUs); band: {run.band_source}",
+             f"(GBS {combo.gbs}, seq {combo.seq_length}, {run.gpus} GPUs); band: {run.band.source}",
              f"checkpoint: {g.checkpoint.source}", f"failures: {g.failure.source}"]
     if len(run.segments) > 1:
         notes.append("phases and batch warm-up: the measured step x the estimator's ratio of each shape's step to "
@@ -274,7 +275,7 @@ def _run(budget: BudgetConfig, model: ModelSpec, gpu: GPUSpec | None, result: Su
     spread = combo.actual("training.step_time_cv") or 0.0
     return time_to_train(request, training, Fleet(gpus, combo.gpus_per_node, gpu.tdp_w if gpu else None),
                          _measured_cost(budget, model, gpu, combo, step_s), checkpoint=estimated,
-                         band=(spread, "the measured steps' coefficient of variation"))
+                         band=TimeBand.symmetric(spread, "the measured steps' coefficient of variation"))
 
 
 def _measured_checkpoint(result: SuiteResult) -> tuple[float | None, float | None]:

@@ -11,6 +11,7 @@ from megapilot.estimate.budget import (
     BudgetRequest,
     Fleet,
     ShapeCost,
+    TimeBand,
     layout_step_cost,
     parse_phase,
     parse_tokens,
@@ -52,7 +53,7 @@ def test_phases_come_out_of_the_budget_and_the_warm_up_follows_megatron():
     request = BudgetRequest(tokens=1e9, phases=(parse_phase("tokens=100M,seq_len=4096"),),
                             rampup=BatchRampup(16, 16, 48_000), failure=NO_FAILURES)
     run = time_to_train(request, training, Fleet(8, 8, 700.0), _fixed(0.01), checkpoint=CHECKPOINT,
-                        band=(0.1, "test"))
+                        band=TimeBand.symmetric(0.1, "test"))
     names = [s.name for s in run.segments]
     assert names == ["batch warm-up 16", "batch warm-up 32", "batch warm-up 48", "main",
                      "phase 1: seq_len 4,096"]
@@ -103,7 +104,7 @@ def test_the_warm_ups_samples_and_time_are_those_of_its_steps():
     training = TrainingSpec(seq_length=1024, global_batch_size=9)
     request = BudgetRequest(tokens=100 * 9 * 1024, rampup=BatchRampup(3, 2, 20), failure=NO_FAILURES)
     run = time_to_train(request, training, Fleet(8, 8, None), _fixed(0.01), checkpoint=CHECKPOINT,
-                        band=(0.1, "t"))
+                        band=TimeBand.symmetric(0.1, "t"))
     assert [(s.shape.gbs, s.iterations) for s in run.segments] == [(3, 3), (5, 1), (7, 1), (9, 98)]
     assert [s.tokens / 1024 for s in run.segments] == [9, 5, 7, 900 - 21]  # 879 samples at 9: 98 steps, the last part
     assert run.iterations == 103 and run.tokens == 100 * 9 * 1024
@@ -111,7 +112,7 @@ def test_the_warm_ups_samples_and_time_are_those_of_its_steps():
     # a budget that ends inside the warm-up: the batch it ends in trains the least whole steps to it
     short = time_to_train(BudgetRequest(tokens=12 * 1024, rampup=BatchRampup(3, 2, 20), failure=NO_FAILURES),
                           TrainingSpec(seq_length=1024, global_batch_size=9), Fleet(8, 8, None), _fixed(0.01),
-                          checkpoint=CHECKPOINT, band=(0.1, "t"))
+                          checkpoint=CHECKPOINT, band=TimeBand.symmetric(0.1, "t"))
     assert [(s.shape.gbs, s.iterations, s.tokens / 1024) for s in short.segments] == [(3, 3, 9), (5, 1, 3)]
 
 
@@ -122,7 +123,7 @@ def test_a_warm_up_batch_the_layout_cannot_split_is_refused_naming_the_warm_up_n
                             ParallelConfig.for_world(8, mbs=1))
     with pytest.raises(MegapilotError, match=r"batch warm-up: .*not divisible") as refused:  # START 4 over DP 8
         time_to_train(BudgetRequest(tokens=1e9, rampup=BatchRampup(4, 4, 1000)), training, Fleet(8, 8, None), cost,
-                      checkpoint=CHECKPOINT, band=(0.1, "t"))
+                      checkpoint=CHECKPOINT, band=TimeBand.symmetric(0.1, "t"))
     assert refused.value.field == "rampup_batch_size"
 
 
@@ -138,10 +139,10 @@ def test_bad_budgets_are_refused():
     training = TrainingSpec(seq_length=1024, global_batch_size=64)
     with pytest.raises(MegapilotError, match="leave none"):
         time_to_train(BudgetRequest(tokens=1e6, phases=(parse_phase("tokens=2M"),)), training, Fleet(8, 8, None),
-                      _fixed(0.01), checkpoint=CHECKPOINT, band=(0.1, "t"))
+                      _fixed(0.01), checkpoint=CHECKPOINT, band=TimeBand.symmetric(0.1, "t"))
     with pytest.raises(MegapilotError, match="INCREMENT"):
         time_to_train(BudgetRequest(tokens=1e9, rampup=BatchRampup(10, 20, 1000)), training, Fleet(8, 8, None),
-                      _fixed(0.01), checkpoint=CHECKPOINT, band=(0.1, "t"))
+                      _fixed(0.01), checkpoint=CHECKPOINT, band=TimeBand.symmetric(0.1, "t"))
     with pytest.raises(MegapilotError, match="one of them"):
         BudgetRequest(tokens=1e9, train_iters=10)
 
@@ -159,14 +160,14 @@ def test_a_budget_or_phase_under_one_step_is_refused_by_name():
     training = TrainingSpec(seq_length=1024, global_batch_size=64)
     with pytest.raises(MegapilotError, match="less than one step") as info:
         time_to_train(BudgetRequest(tokens=10), training, Fleet(8, 8, None), _fixed(0.01), checkpoint=CHECKPOINT,
-                      band=(0.1, "t"))
+                      band=TimeBand.symmetric(0.1, "t"))
     assert info.value.field == "tokens" and "65,536" in info.value.fix
     with pytest.raises(MegapilotError, match="phase 1 of 1,000 tokens") as info:
         time_to_train(BudgetRequest(tokens=1e9, phases=(parse_phase("tokens=1K,seq_len=4096"),)), training,
-                      Fleet(8, 8, None), _fixed(0.01), checkpoint=CHECKPOINT, band=(0.1, "t"))
+                      Fleet(8, 8, None), _fixed(0.01), checkpoint=CHECKPOINT, band=TimeBand.symmetric(0.1, "t"))
     assert info.value.field == "phase"
     one_step = time_to_train(BudgetRequest(tokens=65_536, failure=NO_FAILURES), training, Fleet(8, 8, None),
-                             _fixed(0.01), checkpoint=CHECKPOINT, band=(0.1, "t"))
+                             _fixed(0.01), checkpoint=CHECKPOINT, band=TimeBand.symmetric(0.1, "t"))
     assert one_step.iterations == 1
 
 
@@ -197,7 +198,7 @@ def test_a_budget_trains_whole_steps_rounded_up():
     # 10.5 steps' tokens counted 10.5 steps (and `script --tokens` wrote 10): the budget is the least to train
     training = TrainingSpec(seq_length=1024, global_batch_size=64)
     run = time_to_train(BudgetRequest(tokens=10.5 * 65_536, failure=NO_FAILURES), training, Fleet(8, 8, None),
-                        _fixed(0.01), checkpoint=CHECKPOINT, band=(0.1, "t"))
+                        _fixed(0.01), checkpoint=CHECKPOINT, band=TimeBand.symmetric(0.1, "t"))
     assert run.iterations == run.segments[0].iterations == 11
     assert run.compute_s == pytest.approx(11 * run.segments[0].step_time_s)
     assert run.to_json()["iterations"] == 11 and run.to_json()["segments"][0]["iterations"] == 11
@@ -211,7 +212,8 @@ def test_the_checkpoint_interval_counts_steps_of_the_whole_run_when_the_warm_up_
     training = TrainingSpec(seq_length=1024, global_batch_size=64)
     failure = FailureModel(failures_per_gpu_hour=0.05)
     request = BudgetRequest(tokens=30e6, rampup=BatchRampup(16, 16, 48_000), failure=failure)
-    run = time_to_train(request, training, Fleet(8, 8, None), _fixed(0.01), checkpoint=CHECKPOINT, band=(0.1, "t"))
+    run = time_to_train(request, training, Fleet(8, 8, None), _fixed(0.01), checkpoint=CHECKPOINT,
+                        band=TimeBand.symmetric(0.1, "t"))
     assert [s.name for s in run.segments] == ["batch warm-up 16", "batch warm-up 32"]
     mean_step_s = run.compute_s / run.iterations
     assert len({s.step_time_s for s in run.segments}) == 2 and mean_step_s != run.segments[-1].step_time_s
@@ -220,6 +222,6 @@ def test_the_checkpoint_interval_counts_steps_of_the_whole_run_when_the_warm_up_
     assert run.goodput.checkpoint_interval_s == pytest.approx(expected * mean_step_s)
     # a run of one shape: the interval in its own steps, as before
     plain = time_to_train(BudgetRequest(tokens=30e6, failure=failure), training, Fleet(8, 8, None), _fixed(0.01),
-                          checkpoint=CHECKPOINT, band=(0.1, "t"))
+                          checkpoint=CHECKPOINT, band=TimeBand.symmetric(0.1, "t"))
     step_s = plain.segments[0].step_time_s
     assert plain.goodput.checkpoint_interval_iters == round(daly_interval_s(1.0, plain.goodput.mtbf_s) / step_s)
