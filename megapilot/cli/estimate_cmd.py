@@ -248,8 +248,12 @@ def defaults_assumed(flags: CaseFlags, case: Case) -> list[str]:
     dims: list[tuple[str, int | None]] = [("tp", p.tp), ("pp", p.pp), ("vpp", p.vpp), ("cp", p.cp), ("mbs", p.mbs)]
     if case.model.moe is not None:
         dims += [("ep", p.ep), ("etp", p.etp)]
-    # ETP left unset follows TP (Megatron's default), so it is said that way, not as "None"
+    # ETP left unset follows TP (Megatron's default), so it is said that way, not as "None"; a MoE layout's with
+    # EP > 1 is Megatron-Bridge's 1 (`cases.MOE_DEFAULT_ETP`), said with why where Megatron-LM's would differ
     assumed = [f"{name.upper()}={'TP' if value is None else value}" for name, value in dims if name not in given]
+    if "etp" not in given and p.etp is not None and p.tp > 1:
+        assumed = [f"ETP={p.etp} (Megatron-Bridge's with EP > 1, as every published MoE recipe ran; "
+                   "Megatron-LM's own would be TP)" if item == f"ETP={p.etp}" else item for item in assumed]
     if "gpus_per_node" not in given:
         assumed.append(f"{case.cluster.gpus_per_node} GPUs per node")
     if "precision" not in given:

@@ -45,7 +45,7 @@ LAYOUT_OPTIONS: tuple[LayoutField, ...] = (
     LayoutField(
         "etp", "int", (),
         "Expert tensor parallel size.",
-        "tp",
+        "tp; 1 on a MoE layout with ep > 1, as Megatron-Bridge sets it",
     ),
     LayoutField(
         "mbs", "int", (),

@@ -10,11 +10,11 @@ The run features a model takes beyond the layout (MTP modules, token dropping, t
 `CaseFeatures` of their own, which the planner gives without a layout.
 
 Defaults: precision bf16, recompute selective, sequence parallel on when tp > 1, distributed
-optimizer on, vpp/cp/ep 1, etp = tp, GPUs per node 8 (4 on GB200/GB300 trays), an even pipeline
-split (`first_stage_layers`/`last_stage_layers` give the end ranks their own layer counts;
-`account_for_embedding`/`account_for_loss` give the embedding/loss a layer slot each; `pipeline_layout`
-(`--pp-layout`, also accepted as `pp_layout`) takes a Megatron layout string, or `balanced` for the most
-balanced layout, which is computed here and carried as its string), TP kept inside a node
+optimizer on, vpp/cp/ep 1, etp = tp (1 on a MoE layout with ep > 1, `MOE_DEFAULT_ETP`), GPUs per node 8 (4 on
+GB200/GB300 trays), an even pipeline split (`first_stage_layers`/`last_stage_layers` give the end ranks their own
+layer counts; `account_for_embedding`/`account_for_loss` give the embedding/loss a layer slot each;
+`pipeline_layout` (`--pp-layout`, also accepted as `pp_layout`) takes a Megatron layout string, or `balanced` for
+the most balanced layout, which is computed here and carried as its string), TP kept inside a node
 (`force_tp_across_nodes` lets the estimate cost a TP group spanning nodes).
 """
 
@@ -416,6 +416,14 @@ def _resolve_cluster(gpu_name: str, gpus: int, gpus_per_node: int | None) -> Clu
     return cluster_of(gpu_name, gpus, gpus_per_node)
 
 
+# ETP of a MoE layout with EP > 1 left unset. Megatron-LM's own default is TP, Megatron-Bridge's is 1
+# (`_set_moe_expert_tensor_parallel_default`: its MoE models scale the experts by EP, not split them by TP), and every
+# Bridge MoE recipe sets 1: the published MoE runs are typed from tables that print no ETP, and at TP 2 with EP 64 on
+# 64 GPUs Megatron-LM's default has no legal layout at all. `script` writes the 1 out, so the launch runs what was
+# priced.
+MOE_DEFAULT_ETP = 1
+
+
 def _resolve_parallel(flags: CaseFlags, world_size: int, training: TrainingSpec, model: ModelSpec) -> ParallelConfig:
     """The layout the flags give, with the module doc's defaults where they differ from ParallelConfig's; CP on a
     model whose attention Transformer Engine runs under CP only by all-to-all (sinks, a sliding window) exchanges
@@ -423,6 +431,8 @@ def _resolve_parallel(flags: CaseFlags, world_size: int, training: TrainingSpec,
     defaults: dict[str, object] = {"sequence_parallel": (flags.layout.tp or 1) > 1,
                                    "distributed_optimizer": not training.uses_muon}
     defaults["cp_comm_type"] = cp_comm_type_for(model, flags.layout.cp or 1)
+    if model.moe is not None and (flags.layout.ep or 1) > 1:
+        defaults["etp"] = MOE_DEFAULT_ETP
     try:
         parallel = flags.layout.config(world_size, **defaults)
     except MegapilotError:

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel, ConfigDict
 
 from megapilot.errors import MegapilotError
-from megapilot.estimate.cases import Case, CaseFlags
+from megapilot.estimate.cases import MOE_DEFAULT_ETP, Case, CaseFlags
 from megapilot.estimate.step_time import EstimateOptions
 from megapilot.spec.model import ModelSpec, MoESpec
 from megapilot.spec.plan_file import EstimateResult
@@ -212,7 +212,7 @@ def published_flags(row: PublishedLayout, model_path: str, model: ModelSpec) -> 
         "ep": row.ep if model.moe else None, "mbs": row.mbs, "gbs": row.gbs, "seq_len": row.seq_len,
         "precision": row.gemm_precision.precision, "fp8_recipe": row.gemm_precision.fp8_recipe,
         "fsdp": row.fsdp or None, "distributed_optimizer": None if row.fsdp else True,
-        "force_tp_across_nodes": True, "etp": 1 if model.moe and (row.tp or 1) > 1 else None,
+        "force_tp_across_nodes": True, "etp": MOE_DEFAULT_ETP if model.moe and (row.tp or 1) > 1 else None,
     } | _token_drop_flags(row, model))
 
 

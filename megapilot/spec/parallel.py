@@ -77,7 +77,9 @@ class ParallelConfig(BaseModel):
         "sequence shard for a share of the heads (Ulysses; each TP rank's heads and KV heads must divide by cp; "
         "the only CP for attention sinks).")
     ep: Annotated[int, CliOption()] = Field(default=1, ge=1, description="Expert parallel size.")
-    etp: Annotated[int | None, CliOption(default="tp")] = Field(  # None: TP's, as Megatron defaults it
+    # None: TP's, as Megatron defaults it (a command's MoE layout with ep > 1 takes Bridge's 1: cases.MOE_DEFAULT_ETP)
+    etp: Annotated[int | None, CliOption(
+        default="tp; 1 on a MoE layout with ep > 1, as Megatron-Bridge sets it")] = Field(
         default=None, ge=1, description="Expert tensor parallel size.")
     dp: int = Field(default=1, ge=1, description="Data parallel size (derived: world / (tp*pp*cp)).")
     mbs: Annotated[int, CliOption()] = Field(default=1, ge=1, description="Micro-batch size.")

@@ -637,11 +637,11 @@ def _check_experts(model: ModelSpec, p: ParallelConfig) -> None:
 
 
 def _expert_fix(p: ParallelConfig, ranks_per_stage: int) -> str:
-    """Name the ETPs that keep this EP legal (ETP defaults to TP; MoE recipes often set it to 1)."""
+    """Name the ETPs that keep this EP legal (Megatron-LM's default is TP; the MoE recipes set 1)."""
     etps = [etp for etp in range(1, ranks_per_stage + 1) if ranks_per_stage % (p.ep * etp) == 0]
     if not etps:
         return "choose ep and etp whose product divides tp*cp*dp"
-    return (f"set etp to one of {', '.join(map(str, etps))} (--expert-tensor-parallel-size; it defaults to tp), "
+    return (f"set etp to one of {', '.join(map(str, etps))} (--expert-tensor-parallel-size), "
             "or choose ep and etp whose product divides tp*cp*dp")
 
 

@@ -253,11 +253,17 @@ def test_fsdp_without_the_distributed_optimizer_is_refused_not_priced(cli, tmp_p
     assert row["field"] == "distributed_optimizer"
 
 
-def test_an_unset_expert_tensor_parallel_size_is_said_to_follow_tp(cli):
-    result = cli("estimate", "--model", "mixtral-8x7b", "--gpu", "h100", "--gpus", "16", "--tp", "2", "--ep", "8",
-                 "--gbs", "64", "--seq-len", "4096")
-    assumed = next(line for line in result.stderr.splitlines() if line.startswith("assumed:"))
-    assert "ETP=TP" in assumed and "None" not in assumed
+def test_an_unset_expert_tensor_parallel_size_is_bridges_1_with_ep_and_said_so_else_it_follows_tp(cli):
+    """The published MoE tables print no ETP and every Bridge MoE recipe ran 1 (Bridge's own default with EP > 1);
+    Megatron-LM's TP would have priced Mixtral's experts split over TP 2, or found no legal layout at all."""
+    def assumed(*layout: str) -> str:
+        result = cli("estimate", "--model", "mixtral-8x7b", "--gpu", "h100", "--gpus", "16", *layout, "--gbs", "64",
+                     "--seq-len", "4096")
+        return next(line for line in result.stderr.splitlines() if line.startswith("assumed:"))
+
+    with_ep = assumed("--tp", "2", "--ep", "8")
+    assert "ETP=1 (Megatron-Bridge's with EP > 1" in with_ep and "None" not in with_ep
+    assert "ETP=TP" in assumed("--tp", "2")  # no expert parallelism: the experts split as the dense MLP does
 
 
 V4_CONFIG = Path(__file__).parents[1] / "data" / "hf_configs" / "DeepSeek-V4-Flash.json"
@@ -452,14 +458,14 @@ def test_cuda_graphs_are_priced_and_said_and_a_scope_megatron_refuses_is_one_err
 
 
 def test_a_layout_wrong_whatever_its_split_is_refused_for_that_not_for_the_split(cli):
-    """DeepSeek-V3's 61 layers over PP 16 with TP 2 and EP 64 on 1,024 GPUs: ETP follows TP, and EP x ETP = 128
-    exceeds a stage's 64 ranks. Asking for a pipeline split (which the balanced one would give) hid that: the
-    user who passed one met the EP error next."""
+    """DeepSeek-V3's 61 layers over PP 16 with TP 2, EP 64 and ETP 2 on 1,024 GPUs: EP x ETP = 128 exceeds a
+    stage's 64 ranks. Asking for a pipeline split (which the balanced one would give) hid that: the user who passed
+    one met the EP error next."""
     args = ("--model", "deepseek-v3", "--gpu", "h100", "--gpus", "1024", "--tp", "2", "--pp", "16", "--ep", "64",
             "--gbs", "8192", "--seq-len", "4096")
-    refused = cli("estimate", *args)
+    refused = cli("estimate", *args, "--etp", "2")
     assert refused.exit_code == 2 and refused.stderr.startswith("error: ep: ep*etp = 64*2"), refused.stderr
-    assert cli("estimate", *args, "--etp", "1", "--json").exit_code == 0  # with ETP 1 the balanced split is priced
+    assert cli("estimate", *args, "--json").exit_code == 0  # with ETP 1, the default, the balanced split is priced
 
 
 def test_a_layout_whose_layers_do_not_divide_over_the_pipeline_is_priced_balanced_and_says_so(cli):

@@ -28,7 +28,8 @@ def test_every_layout_field_is_an_option_whose_help_is_the_fields_description():
     ("tp", "Tensor parallel size (default: 1)."),
     ("recompute", "Activation recomputation granularity: none | selective | full (default: selective)."),
     ("recompute_method", "With full recompute: uniform | block (--recompute-method; default: uniform)."),
-    ("etp", "Expert tensor parallel size (default: tp)."),  # a None that stands for a value: the CliOption's
+    # a None that stands for a value: the CliOption's
+    ("etp", "Expert tensor parallel size (default: tp; 1 on a MoE layout with ep > 1, as Megatron-Bridge sets it)."),
     ("sequence_parallel", "Megatron sequence parallelism (needs tp > 1; default: on when tp > 1)."),  # not the field's
     ("fsdp", "Megatron-FSDP: shard weights, grads and optimizer over DP."),  # an off switch: nothing to say
 ])

@@ -22,6 +22,17 @@ def test_defaults_are_the_stated_ones():
     assert not build_case(**BASE).parallel.sequence_parallel  # tp = 1: nothing to split
 
 
+def test_a_moe_layout_with_expert_parallelism_takes_bridges_etp_of_1_and_a_given_one_stands():
+    """Qwen3-235B as the 25.09 table prints its GB200 run (TP 2, EP 64, 64 GPUs, no ETP column): Megatron-LM's
+    ETP = TP would need 128 expert ranks in a stage of 64 and was refused; Bridge's recipe ran ETP 1."""
+    moe = dict(model="qwen3-235b-a22b", gpu="gb200", gpus=64, seq_len=4096, gbs=1024, precision="fp8")
+    p = build_case(**moe, tp=2, ep=64).parallel
+    assert (p.etp, p.expert_tp, p.ep * p.expert_tp) == (1, 1, 64)
+    assert build_case(**moe, tp=2, ep=8, etp=2).parallel.expert_tp == 2  # a given ETP is the user's
+    assert build_case(**moe, tp=2).parallel.expert_tp == 2  # no EP: the experts split over TP, as Megatron's
+    assert build_case(**BASE, tp=2).parallel.etp is None  # a dense model has no experts to default
+
+
 def test_none_means_not_given():
     assert build_case(**BASE, tp=None, precision=None) == build_case(**BASE)
 

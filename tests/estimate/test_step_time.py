@@ -566,11 +566,11 @@ def test_the_all_to_all_warning_advises_what_the_layout_can_still_change():
 
 
 def test_the_all_to_all_warning_names_the_gpus_own_scale_up_links():
-    """An AMD Instinct's scale-up domain is xGMI (Infinity Fabric), not NVLink: Mixtral 8x7B at EP 16 on 16 MI300X
-    (two 8-GPU xGMI domains) is told to keep its expert group inside the xGMI domain."""
+    """An AMD Instinct's scale-up domain is xGMI (Infinity Fabric), not NVLink: Mixtral 8x7B with an expert group of
+    16 (EP 8 x ETP 2) on 16 MI300X (two 8-GPU xGMI domains) is told to keep it inside the xGMI domain."""
     from megapilot.estimate import build_case, estimate
 
-    case = build_case(model="mixtral-8x7b", gpu="mi300x", gpus=16, seq_len=4096, gbs=256, ep=8, tp=2)
+    case = build_case(model="mixtral-8x7b", gpu="mi300x", gpus=16, seq_len=4096, gbs=256, ep=8, tp=2, etp=2)
     result = estimate(case.model, case.cluster, case.training, case.parallel)
     ep_lines = [line for line in result.warnings if line.startswith("expert all-to-all")]
     assert ep_lines and all("xGMI domain" in line and "NVLink" not in line for line in ep_lines)
