@@ -418,8 +418,9 @@ def _resolve_cluster(gpu_name: str, gpus: int, gpus_per_node: int | None) -> Clu
 
 # ETP of a MoE layout with EP > 1 left unset. Megatron-LM's own default is TP, Megatron-Bridge's is 1
 # (`_set_moe_expert_tensor_parallel_default`: its MoE models scale the experts by EP, not split them by TP), and every
-# Bridge MoE recipe sets 1: the published MoE runs are typed from tables that print no ETP, and at TP 2 with EP 64 on
-# 64 GPUs Megatron-LM's default has no legal layout at all. `script` writes the 1 out, so the launch runs what was
+# Bridge MoE recipe sets 1, as NeMo 2's performance configs did (Mixtral 8x22B: etp_size 1): the published MoE runs
+# are typed from tables that print no ETP, and at TP 2 with EP 64 on 64 GPUs Megatron-LM's default has no legal
+# layout at all. `script` writes the 1 out, so the launch runs what was
 # priced.
 MOE_DEFAULT_ETP = 1
 
