@@ -259,7 +259,7 @@ def defaults_assumed(flags: CaseFlags, case: Case) -> list[str]:
     if "precision" not in given:
         assumed.append(case.training.precision)
     if "recompute" not in given:
-        assumed.append(f"{p.recompute} recompute")
+        assumed.append("no recompute" if p.recompute == "none" else f"{p.recompute} recompute")
     if "sequence_parallel" not in given and p.tp > 1:
         assumed.append("sequence parallel on")
     if case.model.moe is not None and "moe_flex_dispatcher" not in given:

@@ -60,7 +60,7 @@ LAYOUT_OPTIONS: tuple[LayoutField, ...] = (
     LayoutField(
         "recompute", "str", (),
         "Activation recomputation granularity: none | selective | full.",
-        "selective",
+        "none, as Megatron's",
     ),
     LayoutField(
         "recompute_method", "str", (),

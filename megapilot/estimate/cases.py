@@ -9,10 +9,11 @@ added to ParallelConfig is a flag here with no edit). Every bad value raises `Me
 The run features a model takes beyond the layout (MTP modules, token dropping, the MoE dispatcher) are a
 `CaseFeatures` of their own, which the planner gives without a layout.
 
-Defaults: precision bf16, recompute selective, sequence parallel on when tp > 1, distributed
-optimizer on, vpp/cp/ep 1, etp = tp (1 on a MoE layout with ep > 1, `MOE_DEFAULT_ETP`), GPUs per node 8 (4 on
-GB200/GB300 trays), an even pipeline split (`first_stage_layers`/`last_stage_layers` give the end ranks their own
-layer counts; `account_for_embedding`/`account_for_loss` give the embedding/loss a layer slot each;
+Defaults: precision bf16, no recompute (`COMMAND_DEFAULT_RECOMPUTE`; selective where recompute modules are named),
+sequence parallel on when tp > 1, distributed optimizer on, vpp/cp/ep 1, etp = tp (1 on a MoE layout with ep > 1,
+`MOE_DEFAULT_ETP`), GPUs per node 8 (4 on GB200/GB300 trays), an even pipeline split (`first_stage_layers` /
+`last_stage_layers` give the end ranks their own layer counts; `account_for_embedding`/`account_for_loss` give the
+embedding/loss a layer slot each;
 `pipeline_layout` (`--pp-layout`, also accepted as `pp_layout`) takes a Megatron layout string, or `balanced` for
 the most balanced layout, which is computed here and carried as its string), TP kept inside a node
 (`force_tp_across_nodes` lets the estimate cost a TP group spanning nodes).
@@ -416,6 +417,10 @@ def _resolve_cluster(gpu_name: str, gpus: int, gpus_per_node: int | None) -> Clu
     return cluster_of(gpu_name, gpus, gpus_per_node)
 
 
+# Recompute left unset: none, as Megatron-LM and Megatron-Bridge both leave it (no --recompute-granularity) and as the
+# performance recipes run wherever the layout fits without it. A layout that does not fit says so and names
+# recompute among what it has not used.
+COMMAND_DEFAULT_RECOMPUTE = "none"
 # ETP of a MoE layout with EP > 1 left unset. Megatron-LM's own default is TP, Megatron-Bridge's is 1
 # (`_set_moe_expert_tensor_parallel_default`: its MoE models scale the experts by EP, not split them by TP), and every
 # Bridge MoE recipe sets 1, as NeMo 2's performance configs did (Mixtral 8x22B: etp_size 1): the published MoE runs
@@ -430,7 +435,10 @@ def _resolve_parallel(flags: CaseFlags, world_size: int, training: TrainingSpec,
     model whose attention Transformer Engine runs under CP only by all-to-all (sinks, a sliding window) exchanges
     it so unless told (Megatron's default p2p ring would be refused), as the planner does."""
     defaults: dict[str, object] = {"sequence_parallel": (flags.layout.tp or 1) > 1,
-                                   "distributed_optimizer": not training.uses_muon}
+                                   "distributed_optimizer": not training.uses_muon,
+                                   # modules named imply selective recompute, as Megatron reads them only then
+                                   "recompute": ("selective" if flags.layout.recompute_modules is not None
+                                                 else COMMAND_DEFAULT_RECOMPUTE)}
     defaults["cp_comm_type"] = cp_comm_type_for(model, flags.layout.cp or 1)
     if model.moe is not None and (flags.layout.ep or 1) > 1:
         defaults["etp"] = MOE_DEFAULT_ETP

@@ -86,7 +86,8 @@ class ParallelConfig(BaseModel):
     sequence_parallel: Annotated[bool, CliOption(
         default="on when tp > 1", names=("--sequence-parallel/--no-sequence-parallel", "--sp/--no-sp"))] = Field(
         default=False, description="Megatron sequence parallelism (needs tp > 1).")
-    recompute: Annotated[Recompute, CliOption()] = Field(
+    # a command's default is Megatron's none (cases.COMMAND_DEFAULT_RECOMPUTE); the field's serves code that builds one
+    recompute: Annotated[Recompute, CliOption(default="none, as Megatron's")] = Field(
         default="selective", description=f"Activation recomputation granularity: {_choices(Recompute)}.")
     recompute_method: Annotated[RecomputeMethod, CliOption()] = Field(
         default="uniform", description=f"With full recompute: {_choices(RecomputeMethod)} (--recompute-method).")

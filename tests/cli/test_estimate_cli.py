@@ -150,7 +150,7 @@ def test_table_states_the_defaults_it_assumed_on_one_stderr_line(cli):
     result = cli("estimate", *LAYOUT)
     assumed = [line for line in result.stderr.splitlines() if line.startswith("assumed:")]
     assert len(assumed) == 1
-    assert "MBS=1" in assumed[0] and "bf16" in assumed[0] and "selective recompute" in assumed[0]
+    assert "MBS=1" in assumed[0] and "bf16" in assumed[0] and "no recompute" in assumed[0]
     assert "TP=" not in assumed[0] and " PP" not in assumed[0]  # given on the command line, not assumed
     given = cli("estimate", *LAYOUT, "--mbs", "2", "--precision", "fp8", "--gpus-per-node", "8")
     assert "MBS" not in given.stderr and "bf16" not in given.stderr and "GPUs per node" not in given.stderr

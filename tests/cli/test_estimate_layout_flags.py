@@ -83,7 +83,7 @@ def test_offloaded_layers_lower_the_activations_and_add_their_exposed_copies(cli
 
 
 @pytest.mark.parametrize(("extra", "words"), [
-    ((), "needs recompute 'none'"),  # the default is selective recompute
+    (("--recompute", "selective"), "needs recompute 'none'"),
     (("--recompute", "none", "--pp", "2"), "needs pp 1"),
     (("--recompute", "none", "--cpu-offloading-num-layers", "80"), "at most 79"),
 ])

@@ -26,7 +26,7 @@ def test_every_layout_field_is_an_option_whose_help_is_the_fields_description():
 
 @pytest.mark.parametrize(("name", "help"), [
     ("tp", "Tensor parallel size (default: 1)."),
-    ("recompute", "Activation recomputation granularity: none | selective | full (default: selective)."),
+    ("recompute", "Activation recomputation granularity: none | selective | full (default: none, as Megatron's)."),
     ("recompute_method", "With full recompute: uniform | block (--recompute-method; default: uniform)."),
     # a None that stands for a value: the CliOption's
     ("etp", "Expert tensor parallel size (default: tp; 1 on a MoE layout with ep > 1, as Megatron-Bridge sets it)."),

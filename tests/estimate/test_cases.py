@@ -15,7 +15,7 @@ def test_defaults_are_the_stated_ones():
     p = case.parallel
     assert (p.tp, p.pp, p.vpp, p.cp, p.ep, p.mbs, p.dp) == (2, 1, 1, 1, 1, 1, 8)
     assert p.sequence_parallel and p.distributed_optimizer and not p.fsdp  # SP on because tp > 1
-    assert p.recompute == "selective" and p.expert_tp == 2 and p.pipeline_layout is None
+    assert p.recompute == "none" and p.expert_tp == 2 and p.pipeline_layout is None
     assert case.training.precision == "bf16" and case.training.seq_length == 8192
     assert case.cluster.world_size == 16 and case.cluster.gpus_per_node == 8
     assert case.model.name == "llama3.1-8b" and not case.allow_tp_across_nodes
@@ -275,7 +275,8 @@ def test_recompute_modules_are_read_as_megatron_lists_them_and_imply_selective_r
     p = build_case(**MOE_BASE, recompute_modules=given).parallel
     assert p.recompute == "selective" and p.recompute_modules == ("moe_act", "layernorm")
     assert p.recomputed_modules == {"moe_act", "layernorm"}
-    assert build_case(**MOE_BASE).parallel.recomputed_modules == {"core_attn"}  # Megatron's default
+    assert build_case(**MOE_BASE, recompute="selective").parallel.recomputed_modules == {"core_attn"}  # Megatron's
+    assert build_case(**MOE_BASE).parallel.recomputed_modules == frozenset()  # no recompute unless asked
 
 
 @pytest.mark.parametrize(("extra", "words"), [

@@ -16,7 +16,7 @@ def test_build_case_applies_the_documented_defaults():
     p = case.parallel
     assert (p.dp, p.vpp, p.cp, p.ep, p.etp, p.mbs) == (2, 1, 1, 1, None, 1)
     assert p.sequence_parallel and p.distributed_optimizer and not p.fsdp
-    assert p.recompute == "selective"
+    assert p.recompute == "none"  # Megatron-LM's and Megatron-Bridge's: no --recompute-granularity
     assert case.training.precision == "bf16"
     assert case.cluster.gpus_per_node == 8 and case.cluster.num_nodes == 8
     assert not build_case(**(LLAMA_70B_FLAGS | {"tp": 1, "pp": 1})).parallel.sequence_parallel
