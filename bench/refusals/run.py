@@ -138,8 +138,16 @@ def _shape_as_recipe(model: ModelSpec, flags: dict[str, Any]) -> None:
         flags.pop("moe_a2a_overlap", None)
 
 
-def sweep(samples: int, seed: int, *, shaped: bool = False) -> dict[str, Any]:
-    """Estimate `samples` drawn layouts per model x GPU x precision; count the refusals by class."""
+# What a performance table prints of a run (model, GPUs, GBS, MBS, sequence, FSDP, TP, PP, CP, VP, EP, precision):
+# the rest of a recipe-shaped draw is what a user typing the table's row leaves to the estimate's defaults.
+NOT_PRINTED = ("etp", "recompute", "recompute_num_layers", "recompute_modules", "first_stage_layers",
+               "last_stage_layers", "pipeline_layout", "cp_comm_type", "moe_a2a_overlap")
+
+
+def sweep(samples: int, seed: int, kind: str = "drawn") -> dict[str, Any]:
+    """Estimate `samples` drawn layouts per model x GPU x precision; count the refusals by class. `kind`: the draws
+    as drawn, shaped as a recipe writes them, or those typed as a table prints them (`SWEEPS`)."""
+    shaped, typed = kind != "drawn", kind == "table_typed"
     rng = random.Random(seed)
     classes: Counter[str] = Counter()
     by_precision: dict[str, Counter[str]] = defaultdict(Counter)
@@ -158,6 +166,8 @@ def sweep(samples: int, seed: int, *, shaped: bool = False) -> dict[str, Any]:
                                                                            "precision": precision}
                     if shaped and recipe == "delayed" and flags.get("recompute_modules", "").count("moe_act"):
                         del flags["recompute_modules"]  # Megatron refuses moe_act/layernorm recompute under it
+                    if typed:
+                        flags = {key: value for key, value in flags.items() if key not in NOT_PRINTED}
                     if recipe is not None:
                         flags["fp8_recipe"] = recipe
                     total += 1
@@ -175,7 +185,8 @@ def sweep(samples: int, seed: int, *, shaped: bool = False) -> dict[str, Any]:
                     classes[key] += 1
                     by_precision[label]["refused"] += 1
                     examples.setdefault(key, flags)
-    return {"shaped": shaped, "samples_per_cell": samples, "seed": seed, "cases": total, "answered": answered,
+    return {"shaped": shaped, "typed_as_printed": typed, "samples_per_cell": samples, "seed": seed, "cases": total,
+            "answered": answered,
             "answered_over_memory": over_memory, "refused": total - answered,
             "seconds": round(time.perf_counter() - started, 1),
             "by_precision": {k: dict(v) for k, v in sorted(by_precision.items())},
@@ -190,7 +201,9 @@ def message_class(message: str, model: str, gpu: str) -> str:
     return re.sub(r"\b\d+\b", "N", message)[:160]
 
 
-SWEEPS = {"drawn": "every drawn layout", "recipe_shaped": "the drawn layouts as a published recipe writes them"}
+SWEEPS = {"drawn": "every drawn layout", "recipe_shaped": "the drawn layouts as a published recipe writes them",
+          "table_typed": "the recipe-shaped layouts typed as a performance table prints them (no ETP, recompute, "
+                         "pipeline split, CP exchange or all-to-all overlap: the estimate's defaults)"}
 
 
 def _markdown(results: dict[str, dict[str, dict[str, Any]]]) -> str:
@@ -198,7 +211,7 @@ def _markdown(results: dict[str, dict[str, dict[str, Any]]]) -> str:
              "Written by `bench/refusals/run.py` (README.md: what each class is, its Megatron-Core source, and "
              "whether it was fixed or stays).", ""]
     for label, sweeps in results.items():
-        for kind, doc in sweeps.items():
+        for kind, doc in sweeps.items():  # a label from before a sweep existed lacks it
             share = doc["answered"] / doc["cases"]
             lines += [f"## {label}: {SWEEPS[kind]}", "",
                       f"{doc['cases']} layouts ({doc['samples_per_cell']} per cell, seed {doc['seed']}): "
@@ -220,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = HERE / "results.json"
     results = json.loads(out.read_text()) if out.exists() else {}
-    results[args.label] = {kind: sweep(args.samples, args.seed, shaped=kind == "recipe_shaped") for kind in SWEEPS}
+    results[args.label] = {kind: sweep(args.samples, args.seed, kind) for kind in SWEEPS}
     results = dict(sorted(results.items(), key=lambda item: item[0] != "before"))  # the baseline first
     out.write_text(json.dumps(results, indent=1) + "\n")
     (HERE / "results.md").write_text(_markdown(results))
