@@ -13,9 +13,9 @@ Defaults: precision bf16, no recompute (`COMMAND_DEFAULT_RECOMPUTE`; selective w
 sequence parallel on when tp > 1, distributed optimizer on, vpp/cp/ep 1, etp = tp (1 on a MoE layout with ep > 1,
 `MOE_DEFAULT_ETP`), GPUs per node 8 (4 on GB200/GB300 trays), an even pipeline split (`first_stage_layers` /
 `last_stage_layers` give the end ranks their own layer counts; `account_for_embedding`/`account_for_loss` give the
-embedding/loss a layer slot each;
-`pipeline_layout` (`--pp-layout`, also accepted as `pp_layout`) takes a Megatron layout string, or `balanced` for
-the most balanced layout, which is computed here and carried as its string), TP kept inside a node
+embedding/loss a layer slot each; `pipeline_layout` (`--pp-layout`, also accepted as `pp_layout`) takes a Megatron
+layout string, or `balanced` for the most balanced layout, which is computed here and carried as its string), TP
+kept inside a node
 (`force_tp_across_nodes` lets the estimate cost a TP group spanning nodes).
 """
 
@@ -425,8 +425,7 @@ COMMAND_DEFAULT_RECOMPUTE = "none"
 # (`_set_moe_expert_tensor_parallel_default`: its MoE models scale the experts by EP, not split them by TP), and every
 # Bridge MoE recipe sets 1, as NeMo 2's performance configs did (Mixtral 8x22B: etp_size 1): the published MoE runs
 # are typed from tables that print no ETP, and at TP 2 with EP 64 on 64 GPUs Megatron-LM's default has no legal
-# layout at all. `script` writes the 1 out, so the launch runs what was
-# priced.
+# layout at all. `script` writes the 1 out, so the launch runs what was priced.
 MOE_DEFAULT_ETP = 1
 
 
