@@ -241,6 +241,18 @@ def estimate_flags(flags: CaseFlags, flop_convention: str = "megatron") -> Estim
     return estimate_case(flags, flop_convention)[1]
 
 
+def _assumed_size(name: str, value: int | None, tp: int) -> str:
+    """One layout size the estimate took. ETP left unset follows TP (Megatron's default), so it is said that way,
+    not as "None"; a MoE layout's with EP > 1 is Megatron-Bridge's 1 (`cases.MOE_DEFAULT_ETP`), said with why where
+    Megatron-LM's would differ."""
+    if name != "etp":
+        return f"{name.upper()}={value}"
+    if value is None:
+        return "ETP=TP"
+    return f"ETP={value}" + (" (Megatron-Bridge's with EP > 1, as every published MoE recipe ran; Megatron-LM's own "
+                             "would be TP)" if tp > 1 else "")
+
+
 def defaults_assumed(flags: CaseFlags, case: Case) -> list[str]:
     """What the estimate took for the flags left out, read back from the resolved case (so it cannot drift
     from `case_from`'s defaults)."""
@@ -248,12 +260,7 @@ def defaults_assumed(flags: CaseFlags, case: Case) -> list[str]:
     dims: list[tuple[str, int | None]] = [("tp", p.tp), ("pp", p.pp), ("vpp", p.vpp), ("cp", p.cp), ("mbs", p.mbs)]
     if case.model.moe is not None:
         dims += [("ep", p.ep), ("etp", p.etp)]
-    # ETP left unset follows TP (Megatron's default), so it is said that way, not as "None"; a MoE layout's with
-    # EP > 1 is Megatron-Bridge's 1 (`cases.MOE_DEFAULT_ETP`), said with why where Megatron-LM's would differ
-    assumed = [f"{name.upper()}={'TP' if value is None else value}" for name, value in dims if name not in given]
-    if "etp" not in given and p.etp is not None and p.tp > 1:
-        assumed = [f"ETP={p.etp} (Megatron-Bridge's with EP > 1, as every published MoE recipe ran; "
-                   "Megatron-LM's own would be TP)" if item == f"ETP={p.etp}" else item for item in assumed]
+    assumed = [_assumed_size(name, value, p.tp) for name, value in dims if name not in given]
     if "gpus_per_node" not in given:
         assumed.append(f"{case.cluster.gpus_per_node} GPUs per node")
     if "precision" not in given:
