@@ -52,6 +52,7 @@ import sys
 import time
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from megapilot.errors import MegapilotError
 from megapilot.spec.hardware import GPUSpec
@@ -210,10 +211,11 @@ def host_cpu(*, remeasure: bool = False, ranks_per_node: int | None = None) -> G
         _host_rates.cache_clear()
         measurements = [_host_rates()]
     else:
-        cached, measured_at = _cached_rates(path)
+        cache = _read_cache(path)
+        cached, measured_at = _rates_in(cache)
         if cached is not None and time.time() - measured_at < REFRESH_S:
             return host_spec(cached, ranks_per_node)
-        measurements = [*_kept_measurements(path, cached), _host_rates()][-KEPT_MEASUREMENTS:]
+        measurements = [*_kept_measurements(cache, cached), _host_rates()][-KEPT_MEASUREMENTS:]
     rates = typical_rates(measurements)
     _write(path, rates, measurements)
     return host_spec(rates, ranks_per_node)
@@ -233,23 +235,34 @@ def _host_rates() -> dict[str, float]:
 
 
 def _cached_rates(path: Path) -> tuple[dict[str, float] | None, float]:
+    """The cached rates and when they were measured (`_rates_in`)."""
+    return _rates_in(_read_cache(path))
+
+
+def _read_cache(path: Path) -> Any:
+    """The cache file's JSON, None where it cannot be read (missing, unreadable, not JSON)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _rates_in(cache: Any) -> tuple[dict[str, float] | None, float]:
     """The cached rates and when they were measured (0: unknown, so measured again; a file without every rate,
     written before one was measured, is measured again)."""
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-        rates = {key: float(raw[key]) for key in RATE_KEYS}
-        measured_at = float(raw.get("measured_at") or 0.0)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        rates = {key: float(cache[key]) for key in RATE_KEYS}
+        measured_at = float(cache.get("measured_at") or 0.0)
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None, 0.0
     return (rates, measured_at) if all(v > 0 for v in rates.values()) else (None, 0.0)
 
 
-def _kept_measurements(path: Path, cached: dict[str, float] | None) -> list[dict[str, float]]:
+def _kept_measurements(cache: Any, cached: dict[str, float] | None) -> list[dict[str, float]]:
     """The measurements the cache keeps; a cache written before it kept them holds its rates as one."""
     try:
-        kept = json.loads(path.read_text(encoding="utf-8"))["measurements"]
-        return [{key: float(m[key]) for key in RATE_KEYS} for m in kept]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return [{key: float(m[key]) for key in RATE_KEYS} for m in cache["measurements"]]
+    except (ValueError, KeyError, TypeError, AttributeError):
         return [] if cached is None else [cached]
 
 
