@@ -1183,7 +1183,7 @@ def step_time(
         mfu=tflops / cluster.gpu.peak_tflops(training.precision),
         bubble_fraction=bubble_s / total_s,
         exposed_comm_fraction=comm_s / total_s,
-        warnings=_warnings(breakdown, total_s, ep_advice=_ep_advice(model, cluster, training, p, options),
+        warnings=_warnings(breakdown, total_s, ep_advice=lambda: _ep_advice(model, cluster, training, p, options),
                            fabric=cluster.gpu.scaleup_fabric)
         + ([coverage.statement()] if coverage.needs_caveat else []) + ([MUON_CAVEAT] if training.uses_muon else [])
         + ([CSA_CAVEAT] if model.csa is not None else [DSA_CAVEAT] if model.dsa is not None else []),
@@ -1222,13 +1222,14 @@ def _ep_advice(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, p
     return _EP_ACROSS_ADVICE + (_EP_ACROSS_OVERLAP_ADVICE if can_overlap else "")
 
 
-def _warnings(breakdown: dict[str, float], total_s: float, *, ep_advice: str, fabric: str) -> list[str]:
+def _warnings(breakdown: dict[str, float], total_s: float, *, ep_advice: Callable[[], str], fabric: str) -> list[str]:
     """One line per term that takes a larger share of the step than its threshold (a term left out is none);
-    `ep_advice`: the expert all-to-all's (`_ep_advice`); `fabric`: the scale-up links' name
+    `ep_advice`: the expert all-to-all's (`_ep_advice`), asked only when its warning is given (every estimate of
+    the planner's thousands passes here); `fabric`: the scale-up links' name
     (`GPUSpec.scaleup_fabric`)."""
     return [
         f"{words} is {breakdown[term] / total_s:.0%} of the step"
-        + (ep_advice if term == "ep_comm" else advice).format(fabric=fabric)
+        + (ep_advice() if term == "ep_comm" else advice).format(fabric=fabric)
         for term, threshold, words, advice in _STEP_SHARE_WARNINGS
         if breakdown.get(term, 0.0) > threshold * total_s
     ]

@@ -547,7 +547,7 @@ def test_the_all_to_all_warning_advises_what_the_layout_can_still_change():
     training = TrainingSpec(seq_length=4096, global_batch_size=256)
     flat, piped = (ParallelConfig.for_world(32, tp=2, ep=8, etp=2, pp=pp) for pp in (1, 2))
     advice = _ep_advice(model, h100, training, flat, EstimateOptions())
-    across, = _warnings(breakdown, 10.0, ep_advice=advice, fabric="NVLink")
+    across, = _warnings(breakdown, 10.0, ep_advice=lambda: advice, fabric="NVLink")
     assert across == ("expert all-to-all is 30% of the step: keep ep*etp inside the NVLink domain, or hide it behind "
                       "another micro-batch's compute (--overlap-moe-expert-parallel-comm, off here)")
     no_vpp = _ep_advice(model, h100, training, piped, EstimateOptions())
@@ -555,14 +555,16 @@ def test_the_all_to_all_warning_advises_what_the_layout_can_still_change():
     overlapped = EstimateOptions(moe_a2a_overlap=True)
     assert _ep_advice(model, h100, training, flat, overlapped) == ": keep ep*etp inside the {fabric} domain"
     inside_layout = ParallelConfig.for_world(32, tp=1, ep=8)
-    inside, = _warnings(breakdown, 10.0, ep_advice=_ep_advice(model, h100, training, inside_layout, EstimateOptions()),
-                        fabric="NVLink")
+    inside, = _warnings(breakdown, 10.0, fabric="NVLink",
+                        ep_advice=lambda: _ep_advice(model, h100, training, inside_layout, EstimateOptions()))
     assert inside.startswith("expert all-to-all is 30% of the step: it runs inside the NVLink domain already")
     assert "--overlap-moe-expert-parallel-comm" in inside
     assert "overlapped already" in _ep_advice(model, h100, training, inside_layout, overlapped)
     graphed = EstimateOptions(cuda_graphs=CudaGraphs(impl="transformer_engine", scope=("moe",)))
     assert _ep_advice(model, h100, training, flat, graphed) == ": keep ep*etp inside the {fabric} domain"  # refused
-    assert _warnings(breakdown | {"ep_comm": 1.0}, 10.0, ep_advice="", fabric="NVLink") == []
+    asked = []  # below its threshold no warning is given, and its advice is not worked out
+    assert _warnings(breakdown | {"ep_comm": 1.0}, 10.0, ep_advice=lambda: asked.append(1) or "", fabric="NVLink") == []
+    assert not asked
 
 
 def test_the_all_to_all_warning_names_the_gpus_own_scale_up_links():
