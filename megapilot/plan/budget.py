@@ -51,8 +51,9 @@ def run_budget(request: BudgetRequest, model: ModelSpec, cluster: ClusterSpec, t
         else request.checkpoint_gbps
     checkpoint = estimated_checkpoint(size, gbps)
     cost = layout_step_cost(model, cluster, training, parallel, options)
-    band = estimate_band(model, cluster, training)
-    if correction is not None:
+    if correction is None:
+        band = estimate_band(model, cluster, training)
+    else:
         cost, band = _scaled(cost, correction.step_scale), TimeBand.within_factor(correction.band_fraction,
                                                                                   correction.source)
     return time_to_train(request, training, Fleet.of(cluster), cost, checkpoint=checkpoint, band=band)
