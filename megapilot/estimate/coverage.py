@@ -303,8 +303,8 @@ def _generations_apart(cell_architecture: str | None, architecture: str) -> int:
 # family never calibrated, a mechanism or GEMM format no run had) by WIDEN_OUTSIDE. Coverage on rows held out of the
 # interval's own errors and runs, median width of p10-p90 tokens/s in % of the prediction
 # (bench/calibration/results.md, physics.md): release hold-out 83 % (55 %: most of its rows bring MXFP8, MLA or
-# chunked attention the earlier releases never ran), leave-one-source-out 78 % (27 %), leave-one-family-out 77 %
-# (30 %), leave-one-GPU-out 88 % (40 %).
+# chunked attention the earlier releases never ran), leave-one-source-out 78 % (27 %), leave-one-family-out 75 %
+# (30 %), leave-one-GPU-out 89 % (42 %).
 INTERVAL_MIN_RUNS = 9
 HELDOUT_ERRORS_PER_RUN = 2  # leave-one-family-out, then leave-one-GPU-out
 INTERVAL_COVERAGE = 0.8
