@@ -1,6 +1,6 @@
 """Sweep: which layouts of the later-release families does `megapilot estimate` refuse, and why?
 
-Runs the estimate's own entry point (`megapilot.cli.estimate_cmd.estimate_flags`, what `megapilot estimate` and its
+Runs the estimate's own entry point (`megapilot.estimate.estimate_case`, what `megapilot estimate` and its
 `--batch` lines call) in-process over the families later Megatron-Bridge releases publish, on H100, H200, B200,
 GB200, B300 and GB300, in bf16, fp8 (tensorwise, delayed, blockwise), mxfp8 and nvfp4, and over the layouts such
 recipes use: TP 1-8, PP 1-16 with VPP, CP 1-8, EP 1 up to the expert count with ETP 1 or TP, Megatron-FSDP, MBS
@@ -35,9 +35,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from megapilot.catalog import get_model
-from megapilot.cli.estimate_cmd import estimate_flags
 from megapilot.errors import MegapilotError
-from megapilot.estimate import CaseFlags
+from megapilot.estimate import CaseFlags, estimate_case
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.validate import a2a_context_parallel_refusal
 
@@ -173,7 +172,7 @@ def sweep(samples: int, seed: int, kind: str = "drawn") -> dict[str, Any]:
                     total += 1
                     by_precision[label]["cases"] += 1
                     try:
-                        result = estimate_flags(CaseFlags.parse(flags))
+                        result = estimate_case(CaseFlags.parse(flags))[1]
                     except MegapilotError as refusal:
                         key = f"[{refusal.field}] {message_class(refusal.problem, name, gpu)}"
                     except Exception as crash:  # noqa: BLE001  (a crash is a refusal the user cannot act on)

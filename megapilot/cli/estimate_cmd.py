@@ -107,7 +107,7 @@ def estimate(
     if layers and calibration == "history" and cluster is not None:
         raise MegapilotError("--layers shows the physics model's terms, which a cluster's calibration rescales as a "
                              "whole", field="--layers", fix="drop --cluster, or --layers")
-    from megapilot.estimate import CaseFlags
+    from megapilot.estimate import CaseFlags, estimate_case
 
     flags = CaseFlags.parse(layout.case_flags() | features.case_flags()
                             | {"force_tp_across_nodes": force_tp_across_nodes})
@@ -188,57 +188,6 @@ def cluster_calibration_note(about: dict[str, Any]) -> str:
         if published else ""
     return (f"not used: the uncalibrated model's {uncalibrated['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, step "
             f"{uncalibrated['step_time_s']:.3f} s{behind}")
-
-
-def estimate_case(flags: CaseFlags, flop_convention: str = "megatron") -> tuple[Case, EstimateResult]:
-    """Flags -> the resolved case and its estimate (MegapilotError on any bad flag or impossible layout).
-
-    Where the layers do not divide over PP x VPP and no split was given, the balanced split is priced (`--pp-layout
-    balanced`) and `defaults_assumed` says so: a published table prints a layout without the split its recipe set.
-    `script`, which writes a command line Megatron must accept, still refuses it. A layout wrong whatever its split
-    is refused for that, not for the split."""
-    from dataclasses import replace
-
-    from megapilot.estimate import FLOP_CONVENTIONS
-    from megapilot.spec.pipeline import NoPipelineSplit
-
-    if flop_convention not in FLOP_CONVENTIONS:
-        raise MegapilotError(f"unknown convention {flop_convention!r}", field="flop_convention",
-                             fix=f"use one of: {', '.join(FLOP_CONVENTIONS)}")
-    try:
-        return _estimate_case(flags, flop_convention)
-    except NoPipelineSplit as refused:
-        if flags.given() & set(SPLIT_FIELDS):
-            raise
-        balanced = replace(flags, layout=flags.layout.model_copy(update={"pipeline_layout": "balanced"}))
-        try:
-            case, result = _estimate_case(balanced, flop_convention)
-        except MegapilotError as other:
-            # The balanced split's own refusal is the split's: the one asked for is said. Any other is the layout's
-            # whatever its split (EP x ETP past a stage's ranks): said first, or the fix of the split leads to it.
-            raise (refused if other.field == "pipeline_layout" else other) from None
-        if case.parallel.pp * case.parallel.vpp > case.model.num_layers:  # stages left empty: not a recipe's layout
-            raise refused from None
-        return case, result
-
-
-def _estimate_case(flags: CaseFlags, flop_convention: str) -> tuple[Case, EstimateResult]:
-    from megapilot.estimate import case_from
-    from megapilot.estimate import estimate as run_estimate
-
-    case = case_from(flags)
-    result = run_estimate(case.model, case.cluster, case.training, case.parallel, case.options,
-                          convention=flop_convention,  # type: ignore[arg-type]  # checked against FLOP_CONVENTIONS
-                          allow_tp_across_nodes=case.allow_tp_across_nodes)
-    split = case.parallel.pipeline_split
-    if not split.is_even:  # say which split was costed (the string a balanced request resolved to)
-        result = type(result).model_validate(result.model_dump() | {"pipeline_split": split.label()})
-    return case, result
-
-
-def estimate_flags(flags: CaseFlags, flop_convention: str = "megatron") -> EstimateResult:
-    """Flags -> the estimate (MegapilotError on any bad flag or impossible layout)."""
-    return estimate_case(flags, flop_convention)[1]
 
 
 def _assumed_size(name: str, value: int | None, tp: int) -> str:
@@ -397,7 +346,7 @@ def _one_line(line: str, number: int, flop_convention: str, calibrator: ClusterC
     if not isinstance(raw, dict):
         return BatchRow(number, error=MegapilotError("must be a JSON object of flags", field="batch",
                                                      fix='write {"model": ...} per line'))
-    from megapilot.estimate import CaseFlags
+    from megapilot.estimate import CaseFlags, estimate_case
 
     case_id = raw.pop("id", None)
     line_cluster = raw.pop("cluster", None) or cluster

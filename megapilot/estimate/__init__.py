@@ -3,6 +3,8 @@
 Public API:
 - `estimate(model, cluster, training, parallel) -> EstimateResult` — validates the layout first
   (its warnings are carried), then memory + step time; what `megapilot estimate --json` prints.
+- `estimate_case(flags) -> (Case, EstimateResult)` — layout flags as a user types them, a layout printed without
+  its pipeline split priced with the balanced one: what `megapilot estimate` answers.
 - `estimate_fast(model, cluster, training, parallel, options) -> FastEstimate` — the same numbers as
   plain dataclasses, no validation and no pydantic construction: the planner's inner loop.
 - building blocks: `flops_per_step`, `flops_per_token`, `memory_per_gpu`, `step_time`, `count_params`,
@@ -19,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from megapilot.case_flags import SPLIT_FIELDS
+from megapilot.errors import MegapilotError
 from megapilot.estimate.cases import (
     Case,
     CaseFeatures,
@@ -37,6 +41,7 @@ from megapilot.estimate.step_time import BREAKDOWN_TERMS, EstimateOptions, StepT
 from megapilot.spec.hardware import ClusterSpec
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
+from megapilot.spec.pipeline import NoPipelineSplit
 from megapilot.spec.plan_file import EstimateResult, MemoryGiB, ParamCounts
 from megapilot.spec.training import Optimizer, TrainingSpec
 from megapilot.spec.validate import most_offloaded_layers, validate_layout
@@ -61,6 +66,7 @@ __all__ = [
     "count_params",
     "cross_domain_flex_backend",
     "estimate",
+    "estimate_case",
     "estimate_fast",
     "flops_per_step",
     "flops_per_token",
@@ -137,6 +143,46 @@ def estimate(
     warnings = validate_layout(model, cluster, training, parallel, allow_tp_across_nodes=allow_tp_across_nodes)
     fast = estimate_fast(model, cluster, training, parallel, options, convention=convention)
     return to_result(model, fast, warnings)
+
+
+def estimate_case(flags: CaseFlags, convention: str = "megatron",
+                  options: EstimateOptions | None = None) -> tuple[Case, EstimateResult]:
+    """Flags as a user types them -> the resolved case and its estimate (MegapilotError on any bad flag or layout
+    Megatron refuses), under the case's own options unless `options` are given.
+
+    Where the layers do not divide over PP x VPP and no split was given, the balanced split is priced (`--pp-layout
+    balanced`; `estimate` says so on its assumed line): a published table prints a layout without the split its
+    recipe set. `script`, which writes a command line Megatron must accept, refuses it instead. A layout wrong
+    whatever its split is refused for that, not for the split; so is one whose split would leave a stage empty."""
+    if convention not in FLOP_CONVENTIONS:
+        raise MegapilotError(f"unknown convention {convention!r}", field="flop_convention",
+                             fix=f"use one of: {', '.join(FLOP_CONVENTIONS)}")
+
+    def priced(typed: CaseFlags) -> tuple[Case, EstimateResult]:
+        case = case_from(typed)
+        result = estimate(case.model, case.cluster, case.training, case.parallel,
+                          case.options if options is None else options,
+                          convention=convention,  # type: ignore[arg-type]  # checked against FLOP_CONVENTIONS
+                          allow_tp_across_nodes=case.allow_tp_across_nodes)
+        split = case.parallel.pipeline_split
+        if not split.is_even:  # say which split was costed (the string a balanced request resolved to)
+            result = type(result).model_validate(result.model_dump() | {"pipeline_split": split.label()})
+        return case, result
+
+    try:
+        return priced(flags)
+    except NoPipelineSplit as refused:
+        if flags.given() & set(SPLIT_FIELDS):
+            raise
+        try:
+            case, result = priced(flags.changed({"pipeline_layout": "balanced"}))
+        except MegapilotError as other:
+            # The balanced split's own refusal is the split's: the one asked for is said. Any other is the layout's
+            # whatever its split (EP x ETP past a stage's ranks): said first, or the fix of the split leads to it.
+            raise (refused if other.field == "pipeline_layout" else other) from None
+        if case.parallel.pp * case.parallel.vpp > case.model.num_layers:  # stages left empty: not a recipe's layout
+            raise refused from None
+        return case, result
 
 
 @lru_cache(maxsize=256)
