@@ -3,10 +3,11 @@
 
     .venv/bin/python bench/calibration/release_holdout.py     # writes release_holdout.md and .json here
 
-Each row is typed in as published (`megapilot.estimate.published`: the table's layout, ETP 1 on MoE rows as the
-MoE recipes set it, the lightest recompute that fits, bf16 gradients; retyped only with the pipeline split or expert
-TP a refusal offers); error = predicted / published tokens/s/GPU - 1. Judged rows are reported per family (dense / MoE /
-hybrid), GPU, precision and release; the rows the fit saw are listed apart. Leave-one-source-out over both files
+Each row is typed in as published and priced as `megapilot estimate` prices it (`megapilot.estimate.published`: the
+table's layout, ETP 1 on MoE rows as the MoE recipes set it, the balanced split where the layers do not divide over
+PP x VPP, the lightest recompute that fits, bf16 gradients; retyped only with a fix a refusal offers); error =
+predicted / published tokens/s/GPU - 1. Judged rows are reported per family (dense / MoE / hybrid), GPU, precision
+and release; the rows the fit saw are listed apart. Leave-one-source-out over both files
 is in results.md (bench/calibration/run.py).
 """
 
@@ -27,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from run import load_release_rows, load_rows, release_tables  # bench/calibration/run.py: the rows as the fit saw them
 
+from megapilot.estimate import estimate_case
 from megapilot.estimate.calibration import TRAIN_RELEASES, ReleaseRow, release_error, same_layout_repeats
-from megapilot.estimate.cases import case_from
 from megapilot.estimate.comm import scaleup_domain
 from megapilot.estimate.coverage import mechanisms
 from megapilot.estimate.efficiency import CALIBRATED
@@ -54,20 +55,26 @@ WORST = 0.15  # judged rows above this |error| get their step and one layer prin
 # cpu_offloading_num_layers, recompute) and `run_script.py`'s DeepSeek-V3 branch (DeepEP and the 1F1B all-to-all
 # overlap on H100, recompute_modules per GPU). `cuda_graphs: true` sets `enable_cuda_graph`: Megatron's own graphs of
 # each whole layer. Left out, having no flag here: NCCL user buffers (H100 Llama 3 8B), the shared experts'
-# overlap and delayed weight gradients (DeepSeek-V3). (GPU, the label in the row's id, formats, flags.)
+# overlap and delayed weight gradients (DeepSeek-V3). DeepSeek-V3's pipeline layout is the recipe's own
+# (`deepseek_v3.py` `map_pp_vp_to_layout` for PP x VPP = 16: the embedding and 4 layers, 14 stages of 4, one layer
+# beside the MTP and the loss; `run_script.py` passes H100's). (GPU, the label in the row's id, formats, flags.)
 WHOLE_LAYER_GRAPHS = {"cuda_graph_impl": "local"}
+DEEPSEEK_V3_LAYOUT_16_STAGES = "Et*4|(t*4|)*14tmL"
 RECIPE_RAN: tuple[tuple[str, str, tuple[str, ...], dict[str, Any]], ...] = (
     ("GB200", "LLAMA3_8B", ("FP8-MX",), WHOLE_LAYER_GRAPHS),
     ("GB200", "LLAMA3_70B", ("FP8-CS",), {"cpu_offloading_num_layers": 40, "recompute": "none"}),
     ("GB200", "LLAMA3.1_405B", ("FP8-CS",), {"cpu_offloading_num_layers": 95, "recompute": "none"}),
-    ("GB200", "DeepSeekV3", ("FP8-CS", "FP8-MX"), {"recompute": "selective", "recompute_modules": "mla_up_proj"}),
+    ("GB200", "DeepSeekV3", ("FP8-CS", "FP8-MX"), {"recompute": "selective", "recompute_modules": "mla_up_proj",
+                                                   "pipeline_layout": DEEPSEEK_V3_LAYOUT_16_STAGES}),
     ("GB200", "Qwen3_30B", ("FP8-CS", "FP8-MX"), WHOLE_LAYER_GRAPHS),
     ("GB200", "Qwen3_235B", ("FP8-CS", "FP8-MX"), WHOLE_LAYER_GRAPHS),
     ("B200", "LLAMA3_8B", ("FP8-CS", "FP8-MX"), WHOLE_LAYER_GRAPHS),
-    ("B200", "DeepSeekV3", ("FP8-CS", "FP8-MX"), {"recompute": "selective", "recompute_modules": "mla_up_proj"}),
+    ("B200", "DeepSeekV3", ("FP8-CS", "FP8-MX"), {"recompute": "selective", "recompute_modules": "mla_up_proj",
+                                                  "pipeline_layout": DEEPSEEK_V3_LAYOUT_16_STAGES}),
     ("B200", "Qwen3_30B", ("FP8-CS", "FP8-MX"), WHOLE_LAYER_GRAPHS),
     ("H100", "DeepSeekV3", ("FP8-CS", "FP8-SC"), {"moe_flex_dispatcher": "deepep", "moe_a2a_overlap": True,
-                                                  "recompute": "selective", "recompute_modules": "mla_up_proj mlp"}),
+                                                  "recompute": "selective", "recompute_modules": "mla_up_proj mlp",
+                                                  "pipeline_layout": "Et|(tt|)*30mL"}),
 )
 
 
@@ -114,7 +121,7 @@ def _error_as_run(layout: PublishedLayout, ran: dict[str, Any], published: float
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "model.json"
         path.write_text(entry.model.model_dump_json())
-        case = case_from(entry.flags.changed(ran | {"model": str(path)}))
+        case, _ = estimate_case(entry.flags.changed(ran | {"model": str(path)}))
     options = replace(case.options, grad_reduce_in_bf16=True, efficiency=CALIBRATED)
     result = step_time(case.model, case.cluster, case.training, case.parallel, options)
     return result.tokens_per_s_per_gpu / published - 1
@@ -201,9 +208,10 @@ def write(rows: list[dict[str, Any]]) -> None:
         "Generated by `bench/calibration/release_holdout.py`. Parameters: the committed `CALIBRATED` ones, fitted by",
         "`bench/calibration/run.py` on the papers, NeMo 24.07 and the NeMo " + " and ".join(TRAIN_RELEASES) + " rows "
         "only. Error = predicted /",
-        "published tokens/s/GPU - 1; every row typed in as published (ETP 1 on MoE rows, the lightest recompute that",
-        "fits, bf16 gradients as the NeMo/Bridge recipes keep them), retyped only with the pipeline split or expert",
-        "TP a refusal offers. Groups: judged rows only.",
+        "published tokens/s/GPU - 1; every row typed in as published and priced as `megapilot estimate` prices it (ETP",
+        "1 on MoE rows, the balanced pipeline split where the layers do not divide over PP x VPP, the lightest",
+        "recompute that fits, bf16 gradients as the NeMo/Bridge recipes keep them), retyped only with a fix a refusal",
+        "offers. Groups: judged rows only.",
         "",
         "| group | rows | median abs error | p90 abs error | mean signed |",
         "|---|---|---|---|---|",

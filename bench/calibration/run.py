@@ -302,9 +302,10 @@ def _splits(report: dict[str, Any], rows: list[CalibrationRow], release: list[Re
     # the interval's residuals: each row's errors when its family, then its GPU, was held out, rounded as the
     # product reads them (calibration_coverage.json), so that --coverage-only recomputes the same figures
     # (a parenthesized run at its twin's layout adds none: calibration.same_layout_repeats)
+    held_out = {r.id: (round(model["leave-one-family-out"][r.id], RESIDUAL_DIGITS),
+                       round(model["leave-one-GPU-out"][r.id], RESIDUAL_DIGITS)) for r in every}
     repeats = same_layout_repeats(release)
-    residuals = {r.id: (round(model["leave-one-family-out"][r.id], RESIDUAL_DIGITS),
-                        round(model["leave-one-GPU-out"][r.id], RESIDUAL_DIGITS)) for r in every if r.id not in repeats}
+    residuals = {k: pair for k, pair in held_out.items() if k not in repeats}
     groups: dict[str, Any] = {"release hold-out": release_group(judged)} | SPLIT_KEYS
     by_id = {r.id: r for r in every}
     result: dict[str, Any] = {}
@@ -320,7 +321,8 @@ def _splits(report: dict[str, Any], rows: list[CalibrationRow], release: list[Re
                                                   if r.id in errs and key(r) == group])}
                 for group in dict.fromkeys(key(by_id[k]) for k in errs)}
         result[name] = entry
-    report["heldout_residuals"] = {k: list(pair) for k, pair in residuals.items()}
+    report["heldout_errors"] = {k: list(pair) for k, pair in held_out.items()}  # what each split judges
+    report["heldout_residuals"] = {k: list(pair) for k, pair in residuals.items()}  # what an interval is built of
     report["heldout_cells"] = {k: list(v) for k, v in cells.items()}
     return result
 
@@ -389,14 +391,17 @@ def coverage_only(report: dict[str, Any], rows: list[CalibrationRow], release: l
     by_id = {r.id: r for r in every}
     cells = {r.id: _cell(r) for r in every}
     residuals = {k: tuple(pair) for k, pair in report["heldout_residuals"].items()}
+    # every row is judged, a twin's same-layout repeat too; only the interval leaves the repeats out
+    judged_pairs = {k: tuple(pair) for k, pair in report["heldout_errors"].items()}
     fitted = EfficiencyParams(**report["fitted_parameters"])
     _, judged = split_by_release(release)
     held_out: dict[str, tuple[dict[str, float], Callable[[AnyRow], str]]] = {
         "release hold-out": ({r.id: release_error(r, fitted) for r in judged}, release_group(judged)),
         "leave-one-source-out": ({k: v for fold in report["leave_one_source_out"].values()
                                   for k, v in fold["errors"].items()}, SPLIT_KEYS["leave-one-source-out"]),
-        "leave-one-family-out": ({k: pair[0] for k, pair in residuals.items()}, SPLIT_KEYS["leave-one-family-out"]),
-        "leave-one-GPU-out": ({k: pair[1] for k, pair in residuals.items()}, SPLIT_KEYS["leave-one-GPU-out"]),
+        "leave-one-family-out": ({k: pair[0] for k, pair in judged_pairs.items()},
+                                 SPLIT_KEYS["leave-one-family-out"]),
+        "leave-one-GPU-out": ({k: pair[1] for k, pair in judged_pairs.items()}, SPLIT_KEYS["leave-one-GPU-out"]),
     }
     for name, (errs, key) in held_out.items():
         report["splits"][name] |= _interval_coverage(errs, residuals, cells, by_id, key)

@@ -45,6 +45,7 @@ from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from megapilot.case_flags import SPLIT_FIELDS
 from megapilot.catalog.gpus import get_gpu
 from megapilot.errors import MegapilotError
 from megapilot.estimate.cases import Case
@@ -300,15 +301,26 @@ def release_row(row_id: str, case: Case, published_tokens_per_s: float) -> Relea
 def same_layout_repeats(rows: Iterable[ReleaseRow]) -> set[str]:
     """Ids of the parenthesized runs (`published.parenthesized_run`) that ran their twin's layout: one layout
     measured again in another FP8 granularity, its error all but its twin's. The coverage cells pool the FP8
-    recipes, so they count such a layout once (its twin's): one run's miss must not stand for two."""
+    recipes, so they count such a layout once (its twin's): one run's miss must not stand for two. The layout is
+    the printed one: what the typing chose beside it (the recompute that fits, the balanced pipeline split, each
+    priced on the run's own format) does not make a second layout."""
     rows = list(rows)
     by_id = {r.id: r for r in rows}
     repeats = set()
     for row in rows:
         twin = by_id.get(parenthesized_twin(row.id) or "")
-        if twin is not None and twin.case.parallel == row.case.parallel:
+        if twin is not None and _printed(twin.case.parallel) == _printed(row.case.parallel):
             repeats.add(row.id)
     return repeats
+
+
+# What the performance tables do not print, and the typing fills in (`published.enter_published_run`).
+_UNPRINTED = dict.fromkeys((*SPLIT_FIELDS, "recompute_modules", "recompute_num_layers"))
+
+
+def _printed(p: ParallelConfig) -> ParallelConfig:
+    """The layout as a table prints it: no recompute and Megatron's even split (the rest as typed)."""
+    return p.model_construct(**(p.model_dump() | _UNPRINTED | {"recompute": "none"}))
 
 
 def release_error(row: ReleaseRow, params: EfficiencyParams) -> float:

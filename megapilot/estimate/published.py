@@ -2,13 +2,14 @@
 
 Performance tables print TP, PP, VPP, CP, EP, MBS, GBS, the sequence, the GPU count and FSDP, but not
 what Megatron also needs to accept some of them: the pipeline split (126-layer Llama 3.1 405B on PP 8 x
-VPP 8 runs with `--account-for-embedding/loss-in-pipeline-split`) or the expert TP (Megatron's default
-ETP = TP; the MoE recipes set 1). `enter_published_run` estimates the row as printed and, where the
-estimator refuses it, retypes it with the first fix its refusal offers - what a user reading the message
-would do - recording each retype. Any other refusal propagates: it names a Megatron rule the row breaks.
-Recompute, which no table prints, is the lightest that fits by megapilot's memory model (none, selective, full).
-MoE rows take ETP 1, the expert TP of the MoE recipes, where the table's TP is larger; a row labelled "tokendrop"
-takes the capacity settings of Megatron-Bridge's token-drop helper (factor 1.0, padded to capacity).
+VPP 8, 61-layer DeepSeek-V3 on PP 16) or the expert TP. `enter_published_run` estimates the row as
+`megapilot estimate` answers it typed so (`estimate.estimate_case`: an unprinted split that Megatron needs is
+the balanced one; a MoE layout's ETP is Megatron-Bridge's 1, `cases.MOE_DEFAULT_ETP`) and, where the
+estimator still refuses it, retypes it with the first fix its refusal offers - what a user reading the
+message would do - recording each retype. Any other refusal propagates: it names a Megatron rule the row
+breaks. Recompute, which no table prints, is the lightest that fits by megapilot's memory model (none,
+selective); a row labelled "tokendrop" takes the capacity settings of Megatron-Bridge's token-drop helper
+(factor 1.0, padded to capacity).
 
 The model is the catalog preset of the row's shape (layers, width, heads, experts), else the preset its label
 names where that preset has the row's width, heads and experts, else one built from the row's own architecture
@@ -26,7 +27,7 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel, ConfigDict
 
 from megapilot.errors import MegapilotError
-from megapilot.estimate.cases import MOE_DEFAULT_ETP, Case, CaseFlags
+from megapilot.estimate.cases import Case, CaseFlags
 from megapilot.estimate.step_time import EstimateOptions
 from megapilot.spec.model import ModelSpec, MoESpec
 from megapilot.spec.plan_file import EstimateResult
@@ -212,7 +213,7 @@ def published_flags(row: PublishedLayout, model_path: str, model: ModelSpec) -> 
         "ep": row.ep if model.moe else None, "mbs": row.mbs, "gbs": row.gbs, "seq_len": row.seq_len,
         "precision": row.gemm_precision.precision, "fp8_recipe": row.gemm_precision.fp8_recipe,
         "fsdp": row.fsdp or None, "distributed_optimizer": None if row.fsdp else True,
-        "force_tp_across_nodes": True, "etp": MOE_DEFAULT_ETP if model.moe and (row.tp or 1) > 1 else None,
+        "force_tp_across_nodes": True,  # ETP, which no table prints, is a command's default (cases.MOE_DEFAULT_ETP)
     } | _token_drop_flags(row, model))
 
 
@@ -326,14 +327,12 @@ def enter_published_run(row: PublishedLayout) -> PublishedEntry:
 
 
 def _entered(model: ModelSpec, flags: CaseFlags, retyped: list[str]) -> PublishedEntry:
-    from megapilot.estimate import case_from, estimate
+    from megapilot.estimate import estimate_case  # the package imports this module; priced as `estimate` prices it
 
     retyped = list(retyped)
     for _ in range(MAX_RETYPES + 1):
         try:
-            case = case_from(flags)
-            result = estimate(case.model, case.cluster, case.training, case.parallel, PUBLISHED_OPTIONS,
-                              allow_tp_across_nodes=case.allow_tp_across_nodes)
+            case, result = estimate_case(flags, options=PUBLISHED_OPTIONS)
             return PublishedEntry(model, flags, result, case, retyped)
         except MegapilotError as refusal:
             extra = retype_from_refusal(refusal)
