@@ -99,3 +99,16 @@ def test_bad_splits_are_user_errors_naming_the_field(extra, field):
         case = build_case(**CASE, **extra)
         estimate(case.model, case.cluster, case.training, case.parallel)
     assert err.value.field == field
+
+
+def test_a_balanced_layout_packs_no_stage_with_more_layers_than_the_time_bound_needs():
+    """A stage's activations go with its layers, not its time: DeepSeek-V3 on 1,024 H100 at PP 8 x VPP 4 (the 25.09
+    recipe's layout) had put its three cheap dense-first layers beside the embedding (Et*3|...) and needed 94.7 GiB
+    on the first rank; two layers a stage, at the same step time, fit an 80 GiB H100 without recompute."""
+    flags = {"model": "deepseek-v3", "gpu": "h100", "gpus": 1024, "tp": 2, "pp": 8, "vpp": 4, "ep": 64, "gbs": 8192,
+             "seq_len": 4096, "precision": "fp8", "recompute": "none", "pipeline_layout": "balanced"}
+    case = build_case(**flags)
+    stages = parse_layout(case.parallel.pipeline_layout or "")
+    assert max(stage.count("t") for stage in stages) == 2 and stages[-1].endswith("mL")
+    result = estimate(case.model, case.cluster, case.training, case.parallel)
+    assert result.fits and result.memory_gib.total < 80
