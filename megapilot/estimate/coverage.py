@@ -302,9 +302,9 @@ def _generations_apart(cell_architecture: str | None, architecture: str) -> int:
 # errors do not hold: without it leave-one-GPU-out covers 72 %), a case no published run checks (another vendor, a
 # family never calibrated, a mechanism or GEMM format no run had) by WIDEN_OUTSIDE. Coverage on rows held out of the
 # interval's own errors and runs, median width of p10-p90 tokens/s in % of the prediction
-# (bench/calibration/results.md, physics.md): release hold-out 83 % (55 %: most of its rows bring MXFP8, MLA or
-# chunked attention the earlier releases never ran), leave-one-source-out 78 % (27 %), leave-one-family-out 75 %
-# (30 %), leave-one-GPU-out 89 % (42 %).
+# (bench/calibration/results.md, physics.md): release hold-out 71 % (65 %: most of its rows bring MXFP8, MLA or
+# chunked attention the earlier releases never ran), leave-one-source-out 79 % (33 %), leave-one-family-out 70 %
+# (32 %), leave-one-GPU-out 85 % (49 %).
 INTERVAL_MIN_RUNS = 9
 HELDOUT_ERRORS_PER_RUN = 2  # leave-one-family-out, then leave-one-GPU-out
 INTERVAL_COVERAGE = 0.8
