@@ -157,6 +157,7 @@ FLAGS: tuple[Flag, ...] = (
     _float("--loss-scale", None, "static loss scale for fp16 (default dynamic)"),
     _float("--initial-loss-scale", 4294967296.0, "initial dynamic loss scale for fp16"),
     _bool("--accumulate-allreduce-grads-in-fp32", "fp32 gradient buffers with bf16/fp16"),
+    _megatron("--grad-reduce-in-bf16"),
     # --- batch and schedule
     _megatron("--micro-batch-size"),
     _megatron("--global-batch-size"),

@@ -100,7 +100,8 @@ class TrainerConfig:
     fp16: bool
     loss_scale: float | None
     initial_loss_scale: float
-    accumulate_allreduce_grads_in_fp32: bool
+    accumulate_allreduce_grads_in_fp32: bool  # as Megatron-LM's validate_args leaves it (`_fp32_gradients`)
+    grad_reduce_in_bf16: bool
     micro_batch_size: int
     global_batch_size: int
     train_iters: int
@@ -411,6 +412,16 @@ def build_config(argv: list[str], *, gpu_available: bool = False) -> TrainerConf
         "sequence_parallel": ns.sequence_parallel and ns.tensor_model_parallel_size > 1,
         "moe_layer_freq": _moe_layer_freq(ns),
         "window_size": _window_size(ns),
+        "accumulate_allreduce_grads_in_fp32": _fp32_gradients(ns),
     }
     names = {f.name for f in fields(TrainerConfig)}
     return TrainerConfig(**{name: values[name] for name in names})
+
+
+def _fp32_gradients(ns: argparse.Namespace) -> bool:
+    """Whether the gradients are kept and reduced in fp32, as Megatron-LM's validate_args decides it: with --bf16
+    always, unless --grad-reduce-in-bf16 (which wins over --accumulate-allreduce-grads-in-fp32 there too); with
+    --fp16 only when asked."""
+    if ns.bf16:
+        return not ns.grad_reduce_in_bf16
+    return bool(ns.accumulate_allreduce_grads_in_fp32)

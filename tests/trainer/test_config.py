@@ -21,6 +21,18 @@ def test_defaults_follow_megatron_lm():
     assert config.tokenizer_type == "NullTokenizer"
 
 
+@pytest.mark.parametrize(("extra", "fp32"), [
+    ([], False),  # fp32 training: the gradients are fp32 anyway, no accumulation switch needed
+    (["--bf16"], True),  # Megatron-LM's validate_args turns fp32 gradients on for bf16
+    (["--bf16", "--grad-reduce-in-bf16"], False),
+    (["--bf16", "--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32"], False),  # bf16 wins there too
+    (["--fp16"], False),
+    (["--fp16", "--accumulate-allreduce-grads-in-fp32"], True),
+])
+def test_gradient_precision_follows_megatron_lm(extra, fp32):
+    assert build_config(TINY + extra).accumulate_allreduce_grads_in_fp32 is fp32
+
+
 def test_parallel_sizes_carry_the_layout_flags_under_megatron_core_keyword_names():
     config = build_config(TINY + ["--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
                                   "--num-layers-per-virtual-pipeline-stage", "1", "--expert-model-parallel-size", "2",
