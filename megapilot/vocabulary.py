@@ -337,7 +337,7 @@ TERMS: tuple[Term, ...] = (
     _switch("--use-megatron-fsdp", "parallel.fsdp", "Megatron-FSDP: shard weights, gradients and optimizer state"),
     _switch("--overlap-grad-reduce", None, "overlap the gradient reduce with the backward pass"),
     _switch("--overlap-param-gather", None, "overlap the parameter all-gather (distributed optimizer)"),
-    _switch("--grad-reduce-in-bf16", None,
+    _switch("--grad-reduce-in-bf16", "training.grad_reduce_in_bf16",
             "keep and reduce the gradients in bf16 (with --bf16 Megatron keeps them in fp32 otherwise)"),
     # --- activation recomputation and offloading
     _str("--recompute-granularity", "parallel.recompute", None, "recompute activations"),

@@ -49,7 +49,7 @@ from megapilot.estimate.history_calibration import (
     quantile,
     single_factor,
 )
-from megapilot.estimate.published import PUBLISHED_OPTIONS, PublishedLayout, enter_published_run
+from megapilot.estimate.published import PublishedLayout, enter_published_run
 from megapilot.estimate.step_time import step_time
 
 DATA = ROOT / "tests" / "data" / "calibration" / "published_calibration.json"
@@ -101,7 +101,7 @@ def release_runs(params: EfficiencyParams = CALIBRATED) -> list[MeasuredRun]:
         except MegapilotError:
             continue
         time = step_time(case.model, case.cluster, case.training, case.parallel,
-                         replace(PUBLISHED_OPTIONS, efficiency=params))
+                         replace(case.options, efficiency=params))
         measured_s = case.training.tokens_per_step / (published * case.cluster.world_size)
         components = StepComponents.from_breakdown(time.breakdown_s, time.step_time_s,
                                                    multi_node=case.cluster.num_nodes > 1)

@@ -34,6 +34,7 @@ from megapilot.catalog.gpus import get_gpu
 from megapilot.errors import MegapilotError
 from megapilot.estimate import EstimateOptions, estimate
 from megapilot.estimate.published import (
+    BF16_GRADIENT_PUBLISHERS,
     PublishedLayout,
     catalog_model,
     enter_published_run,
@@ -51,14 +52,6 @@ Shape = tuple[int, int, int, int, bool]
 
 DATA = ROOT / "tests" / "data" / "calibration"
 OUT = Path(__file__).resolve().parent / "published_top3.md"
-
-
-# Rows published from NVIDIA's performance recipes (NeMo, Megatron-Bridge), which set grad_reduce_in_fp32=False.
-BF16_GRADIENT_PUBLISHERS = ("nemo-", "bridge-")
-
-
-def _options(row: PublishedLayout) -> EstimateOptions:
-    return EstimateOptions(grad_reduce_in_bf16=row.id.startswith(BF16_GRADIENT_PUBLISHERS))
 
 
 def _shape(tp: int, pp: int, cp: int, ep: int, fsdp: bool) -> Shape:
@@ -153,8 +146,8 @@ def _published_tokens_per_s(row: PublishedLayout) -> float | None:
     like."""
     try:
         case = enter_published_run(row).case
-        options, _ = cross_domain_dispatcher(case.model, case.cluster, _options(row))
-        return estimate(case.model, case.cluster, case.training, case.parallel, options or _options(row),
+        options, _ = cross_domain_dispatcher(case.model, case.cluster, case.options)
+        return estimate(case.model, case.cluster, case.training, case.parallel, options or case.options,
                         allow_tp_across_nodes=case.allow_tp_across_nodes).tokens_per_s_per_gpu
     except MegapilotError:
         return None
@@ -218,14 +211,15 @@ def _check(row: PublishedLayout, these: Sequence[Tally]) -> str:
     gemm = row.gemm_precision
     cluster = ClusterSpec.from_gpu_count(get_gpu(row.gpu), row.num_gpus)
     training = TrainingSpec(seq_length=row.seq_len, global_batch_size=row.gbs or 1, precision=gemm.precision,
+                            grad_reduce_in_bf16=row.id.startswith(BF16_GRADIENT_PUBLISHERS),
                             **({"fp8_recipe": gemm.fp8_recipe} if gemm.fp8_recipe else {}))
     try:
-        result = plan(model, cluster, training, top=3, options=_options(row))
+        result = plan(model, cluster, training, top=3)
     except MegapilotError as refusal:
         return f"| {row.id[:60]} | {want} | refused: {str(refusal)[:90]} | no | no | - |"
     got = [_shape(c.parallel.tp, c.parallel.pp, c.parallel.cp, c.parallel.ep, c.parallel.fsdp)
            for c in result.candidates]
-    variants = _variants(model, cluster, training, _options(row))
+    variants = _variants(model, cluster, training, EstimateOptions())
     hit, speed_hit = want in got, want in variants[1]
     published = _published_tokens_per_s(row)
     regret = None if published is None else \

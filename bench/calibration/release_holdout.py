@@ -5,7 +5,7 @@
 
 Each row is typed in as published and priced as `megapilot estimate` prices it (`megapilot.estimate.published`: the
 table's layout, ETP 1 on MoE rows as the MoE recipes set it, the balanced split where the layers do not divide over
-PP x VPP, the lightest recompute that fits, bf16 gradients; retyped only with a fix a refusal offers); error =
+PP x VPP, the lightest recompute that fits, `--grad-reduce-in-bf16`; retyped only with a fix a refusal offers); error =
 predicted / published tokens/s/GPU - 1. Judged rows are reported per family (dense / MoE / hybrid), GPU, precision
 and release; the rows the fit saw are listed apart. Leave-one-source-out over both files
 is in results.md (bench/calibration/run.py).
@@ -35,7 +35,6 @@ from megapilot.estimate.coverage import mechanisms
 from megapilot.estimate.efficiency import CALIBRATED
 from megapilot.estimate.published import (
     PARENTHESIZED_TAG,
-    PUBLISHED_OPTIONS,
     PublishedLayout,
     enter_published_run,
     parenthesized_twin,
@@ -122,7 +121,7 @@ def _error_as_run(layout: PublishedLayout, ran: dict[str, Any], published: float
         path = Path(folder) / "model.json"
         path.write_text(entry.model.model_dump_json())
         case, _ = estimate_case(entry.flags.changed(ran | {"model": str(path)}))
-    options = replace(case.options, grad_reduce_in_bf16=True, efficiency=CALIBRATED)
+    options = replace(case.options, efficiency=CALIBRATED)
     result = step_time(case.model, case.cluster, case.training, case.parallel, options)
     return result.tokens_per_s_per_gpu / published - 1
 
@@ -130,7 +129,7 @@ def _error_as_run(layout: PublishedLayout, ran: dict[str, Any], published: float
 def _terms(row: ReleaseRow) -> dict[str, Any]:
     """The step's terms (s) against the published step, and the last layer's terms (ms per micro-batch)."""
     c = row.case
-    options = replace(PUBLISHED_OPTIONS, efficiency=CALIBRATED)
+    options = replace(c.options, efficiency=CALIBRATED)
     result = step_time(c.model, c.cluster, c.training, c.parallel, options)
     layer = layer_terms(c.model, c.model.num_layers - 1, c.cluster, c.training, c.parallel, options, recomputed=False)
     published_step_s = c.training.tokens_per_step / (row.published_tokens_per_s * c.cluster.world_size)
@@ -148,7 +147,7 @@ def _error_with_moe_options(row: ReleaseRow) -> float:
     """The error had the row been typed with the flex dispatcher and the EP all-to-all overlap on (options the
     tables do not print; Megatron and megapilot's scripts leave both off)."""
     c = row.case
-    options = replace(PUBLISHED_OPTIONS, efficiency=CALIBRATED, moe_flex_dispatcher=True, moe_a2a_overlap=True)
+    options = replace(c.options, efficiency=CALIBRATED, moe_flex_dispatcher=True, moe_a2a_overlap=True)
     return step_time(c.model, c.cluster, c.training, c.parallel, options).tokens_per_s_per_gpu / \
         row.published_tokens_per_s - 1
 
@@ -210,7 +209,7 @@ def write(rows: list[dict[str, Any]]) -> None:
         "only. Error = predicted /",
         "published tokens/s/GPU - 1; every row typed in as published and priced as `megapilot estimate` prices it (ETP",
         "1 on MoE rows, the balanced pipeline split where the layers do not divide over PP x VPP, the lightest",
-        "recompute that fits, bf16 gradients as the NeMo/Bridge recipes keep them), retyped only with a fix a refusal",
+        "recompute that fits, --grad-reduce-in-bf16 as the NeMo/Bridge recipes run), retyped only with a fix a refusal",
         "offers. Groups: judged rows only.",
         "",
         "| group | rows | median abs error | p90 abs error | mean signed |",

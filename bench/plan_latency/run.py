@@ -164,7 +164,7 @@ def exhaustive_baseline(case: dict) -> dict:
 
 def calibration_table() -> str:
     """The planner's top 5 for every calibration row next to the published layout's own estimate
-    (the rows, specs and run options of tests/plan/test_calibration.py)."""
+    (the rows and specs of tests/plan/test_calibration.py, the publisher's gradient precision among them)."""
     from megapilot.plan import plan
     from megapilot.plan.cost import CostModel
     from megapilot.plan.reasons import layout_label
@@ -174,10 +174,9 @@ def calibration_table() -> str:
              "Estimated tokens/s/GPU and memory in our cost model; `measured` is what the source printed.", ""]
     for row in calibration._unique_inputs():
         model, cluster, training = calibration._inputs(row)
-        options = calibration._options(row)
         published = calibration._published_layout(row)
-        mine = CostModel(model, cluster, training, options=options)(published)
-        result = plan(model, cluster, training, top=5, options=options)
+        mine = CostModel(model, cluster, training)(published)
+        result = plan(model, cluster, training, top=5)
         lines += [f"## {row['id']}", "",
                   f"{model.name} on {cluster.world_size} x {cluster.gpu.alias}, seq {training.seq_length}, "
                   f"GBS {training.global_batch_size}, {training.precision}; measured "

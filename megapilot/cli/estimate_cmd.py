@@ -214,6 +214,9 @@ def defaults_assumed(flags: CaseFlags, case: Case) -> list[str]:
         assumed.append(f"{case.cluster.gpus_per_node} GPUs per node")
     if "precision" not in given:
         assumed.append(case.training.precision)
+    if "grad_reduce_in_bf16" not in given and case.training.precision != "fp16":
+        assumed.append("fp32 gradients (--grad-reduce-in-bf16 for the 16-bit ones NeMo's and Megatron-Bridge's "
+                       "recipes run)")
     if "recompute" not in given:
         assumed.append("no recompute" if p.recompute == "none" else f"{p.recompute} recompute")
     if "sequence_parallel" not in given and p.tp > 1:

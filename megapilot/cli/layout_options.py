@@ -196,6 +196,9 @@ class FeatureFlags:
     optimizer: Annotated[str | None, _option(
         "adam | muon | dist_muon (--optimizer; default adam). Muon keeps one fp32 momentum per 2-D weight and runs "
         "Newton-Schulz on it each step; dist_muon shards that work and state over DP.")] = None
+    grad_reduce_in_bf16: Annotated[bool, _switch(
+        "Keep and reduce the gradients in bf16 (--grad-reduce-in-bf16, as NeMo's and Megatron-Bridge's performance "
+        "recipes run): half the gradient memory and DP traffic; default fp32, Megatron's with --bf16.")] = False
     moe_flex_dispatcher: Annotated[str | None, _option(
         "MoE tokens through Megatron's flex dispatcher: deepep or hybridep (--moe-token-dispatcher-type flex "
         "--moe-flex-dispatcher-backend X; default alltoall).")] = None
@@ -213,7 +216,8 @@ class FeatureFlags:
     def case_flags(self) -> dict[str, Any]:
         """The `CaseFlags` keys (None: not given; a switch counts as given when on)."""
         flags = {item.name: getattr(self, item.name) for item in fields(self)}
-        return _switches_given_or_none(flags, ("moe_pad_to_capacity", "mtp_repeated_layer", "moe_a2a_overlap"))
+        return _switches_given_or_none(flags, ("moe_pad_to_capacity", "mtp_repeated_layer", "moe_a2a_overlap",
+                                               "grad_reduce_in_bf16"))
 
     def case_features(self) -> CaseFeatures:
         """The features alone, checked, as the planner applies them to its model (no layout)."""

@@ -120,12 +120,14 @@ def _build_specs(
     model = with_features(resolved.spec, given)
     cluster = cluster_of(inputs.gpu, inputs.gpus, inputs.gpus_per_node)
     try:
-        recipe = {} if fp8_recipe is None else {"fp8_recipe": fp8_recipe}
+        recipe: dict[str, object] = {} if fp8_recipe is None else {"fp8_recipe": fp8_recipe}
         recipe |= {"optimizer": features.optimizer} if features.optimizer is not None else {}
+        recipe |= {"grad_reduce_in_bf16": True} if features.grad_reduce_in_bf16 else {}
         training = TrainingSpec(seq_length=seq_len, global_batch_size=gbs, precision=precision, **recipe)  # type: ignore[arg-type]  # TrainingSpec refuses others
     except ValidationError as exc:
         names = {"seq_length": "--seq-len", "global_batch_size": "--gbs", "precision": "--precision",
-                 "fp8_recipe": "--fp8-recipe", "optimizer": "--optimizer"}
+                 "fp8_recipe": "--fp8-recipe", "optimizer": "--optimizer",
+                 "grad_reduce_in_bf16": "--grad-reduce-in-bf16"}
         refused = validation_error(exc, flags=names)
         fix = BATCH_FIXES.get((refused.field or "").removeprefix("--").replace("-", "_"))
         raise (validation_error(exc, flags=names, fix=fix) if fix else refused) from None

@@ -427,13 +427,12 @@ class RunConfig:
 
     @property
     def options(self) -> EstimateOptions:
-        """The run switches the flags turn on, as the estimator prices them: the TP and DP overlaps, bf16
-        gradient reduction, the flex dispatcher, the expert all-to-all overlap, the legacy grouped GEMM."""
+        """The run switches the flags turn on, as the estimator prices them: the TP and DP overlaps, the flex
+        dispatcher, the expert all-to-all overlap, the legacy grouped GEMM (bf16 gradients are the training's)."""
         flags = self.flags
         return EstimateOptions(
             tp_comm_overlap=flags.has("--tp-comm-overlap"), overlap_grad_reduce=flags.has("--overlap-grad-reduce"),
             overlap_param_gather=flags.has("--overlap-param-gather"),
-            grad_reduce_in_bf16=flags.has("--grad-reduce-in-bf16"),
             moe_flex_dispatcher=flags.get("--moe-token-dispatcher-type") == "flex",
             moe_a2a_overlap=flags.has("--overlap-moe-expert-parallel-comm"),
             moe_legacy_grouped_gemm=flags.has("--moe-use-legacy-grouped-gemm"),
@@ -935,6 +934,7 @@ def _training(flags: LaunchFlags, precision: str, parallel: ParallelConfig | Non
         clip_grad=flags.get_float("--clip-grad", float_default("--clip-grad")) or 0.0,
         init_method_std=_megatron_float(flags, "--init-method-std"),
         optimizer=_optimizer(flags, notes),
+        grad_reduce_in_bf16=flags.has("--grad-reduce-in-bf16") and flags.has("--bf16"),  # Megatron reads it so
     )
 
 

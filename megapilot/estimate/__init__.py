@@ -116,8 +116,7 @@ def estimate_fast(
     """
     if memory is None:
         memory = memory_per_gpu(model, training, parallel, cluster.gpu.hbm_gib,
-                                main_grad_bytes=options.main_grad_bytes, architecture=cluster.gpu.architecture,
-                                host_runtime_gib=cluster.gpu.host_runtime_gib)
+                                architecture=cluster.gpu.architecture, host_runtime_gib=cluster.gpu.host_runtime_gib)
     time = step_time(model, cluster, training, parallel, options, convention=convention)
     return FastEstimate(memory=memory, time=time, parallel=parallel, convention=convention,
                         optimizer=training.optimizer,

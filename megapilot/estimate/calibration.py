@@ -53,7 +53,7 @@ from megapilot.estimate.coverage import family_of, precision_class
 from megapilot.estimate.efficiency import EfficiencyParams
 from megapilot.estimate.flops import flops_per_token
 from megapilot.estimate.memory import memory_per_gpu
-from megapilot.estimate.published import PUBLISHED_OPTIONS, PublishedLayout, parenthesized_twin
+from megapilot.estimate.published import PublishedLayout, parenthesized_twin
 from megapilot.estimate.step_time import EstimateOptions, step_time
 from megapilot.spec import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec, validate_layout
 from megapilot.spec.model import MlpActivation
@@ -225,7 +225,7 @@ def build_row(run: PublishedRun) -> CalibrationRow:
         distributed_optimizer=modern,
     )
     options = EstimateOptions(tp_comm_overlap=modern, overlap_grad_reduce=modern, overlap_param_gather=modern,
-                              grad_reduce_in_bf16=source == "nemo-24.07", flash_attention=modern)
+                              flash_attention=modern)
     model = build_model(run)
     check = run.derived.flops_convention_check
     assert run.gbs is not None  # calibration_rows excludes rows without a global batch
@@ -235,6 +235,7 @@ def build_row(run: PublishedRun) -> CalibrationRow:
         training=TrainingSpec(
             seq_length=run.seq_len, global_batch_size=run.gbs,
             precision="fp8" if "fp8" in run.precision.lower() else "bf16",
+            grad_reduce_in_bf16=source == "nemo-24.07",  # the NeMo performance recipes keep gradients in bf16
         ),
         base=base, choose_mbs=run.mbs is None, choose_recompute=recompute is None, options=options,
         published_tflops=_published_tflops(run, model),
@@ -326,7 +327,7 @@ def _printed(p: ParallelConfig) -> ParallelConfig:
 def release_error(row: ReleaseRow, params: EfficiencyParams) -> float:
     """Predicted / published tokens/s/GPU - 1 (the estimate a user gets, with these parameters)."""
     c = row.case
-    result = step_time(c.model, c.cluster, c.training, c.parallel, replace(PUBLISHED_OPTIONS, efficiency=params))
+    result = step_time(c.model, c.cluster, c.training, c.parallel, replace(c.options, efficiency=params))
     return result.tokens_per_s_per_gpu / row.published_tokens_per_s - 1
 
 
@@ -354,7 +355,6 @@ def resolve_layout(row: CalibrationRow) -> tuple[ParallelConfig, bool]:
     for recompute in choices:
         layout = row.base.model_copy(update={"mbs": mbs, "recompute": recompute})
         memory = memory_per_gpu(row.model, row.training, layout, row.cluster.gpu.hbm_gib,
-                                main_grad_bytes=row.options.main_grad_bytes,
                                 architecture=row.cluster.gpu.architecture)
         if memory.fits:
             return layout, True

@@ -64,7 +64,8 @@ from megapilot.spec.validate import (
 # The flags beyond the layout, by type (the layout's types and bounds are ParallelConfig's: LayoutPins checks them).
 INT_FLAGS = ("gpus", "gpus_per_node", "gbs", "seq_len", "mtp_num_layers")
 INT_MINIMUM = {"mtp_num_layers": 0}  # 0 = none; every other count is >= 1
-BOOL_FLAGS = ("force_tp_across_nodes", "moe_pad_to_capacity", "mtp_repeated_layer", "moe_a2a_overlap")
+BOOL_FLAGS = ("force_tp_across_nodes", "moe_pad_to_capacity", "mtp_repeated_layer", "moe_a2a_overlap",
+              "grad_reduce_in_bf16")
 FLOAT_FLAGS = ("moe_capacity_factor",)
 STR_FLAGS = ("model", "gpu", "precision", "fp8_recipe", "moe_flex_dispatcher", "optimizer", "cuda_graph_impl",
              "cuda_graph_scope")
@@ -118,6 +119,7 @@ class CaseFlags(CaseFeatures):
     precision: str | None = None
     fp8_recipe: str | None = None
     optimizer: str | None = None
+    grad_reduce_in_bf16: bool | None = None  # None: Megatron's fp32 gradients
     force_tp_across_nodes: bool | None = None
     # the layout's flags, under ParallelConfig's names (`recompute_modules` given as Megatron lists them)
     layout: LayoutPins = field(default_factory=LayoutPins)
@@ -544,7 +546,8 @@ def _recipe_named(typed: str | None) -> str | None:
 
 def _build_training(flags: CaseFlags) -> TrainingSpec:
     try:
-        chosen: dict[str, Any] = {"precision": _or(flags.precision, "bf16"), "optimizer": _or(flags.optimizer, "adam")}
+        chosen: dict[str, Any] = {"precision": _or(flags.precision, "bf16"), "optimizer": _or(flags.optimizer, "adam"),
+                                  "grad_reduce_in_bf16": bool(flags.grad_reduce_in_bf16)}
         if flags.fp8_recipe is not None:
             chosen["fp8_recipe"] = flags.fp8_recipe
         return TrainingSpec(seq_length=flags.seq_len, global_batch_size=flags.gbs, **chosen)  # TrainingSpec checks them
@@ -559,6 +562,7 @@ def _build_training(flags: CaseFlags) -> TrainingSpec:
         fix = {"precision": f"use one of: {', '.join(PRECISIONS)}",
                "fp8_recipe": recipe_fix,
                "optimizer": f"use one of: {', '.join(OPTIMIZERS)}",
+               "grad_reduce_in_bf16": "drop --grad-reduce-in-bf16, or train in bf16 (--precision bf16)",
                **BATCH_FIXES}.get(flag or "", error.fix)
         raise MegapilotError(error.problem, field=flag, fix=fix) from None
 

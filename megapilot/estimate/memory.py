@@ -26,7 +26,7 @@ Two modes:
     instead (Python, torch and Megatron-Core resident before the model: `GPUSpec.host_runtime_gib`, measured).
 
 Bytes per parameter (bf16 params, fp32 main grads, fp32 master + Adam m, v): 2 + 4 + 12; gradients
-take 2 bytes with `main_grad_bytes=2` (bf16 gradient buffers, as NeMo's performance recipes use).
+take the training's `main_grad_bytes` (2 with --grad-reduce-in-bf16, as NeMo's performance recipes run).
 """
 
 from __future__ import annotations
@@ -51,14 +51,14 @@ from megapilot.estimate.quantization import (
 from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.pipeline import EMBEDDING, EVEN_SPLIT, LOSS, MTP, PipelineSplit
-from megapilot.spec.training import Optimizer, QuantFlavour, TrainingSpec
+from megapilot.spec.training import FP32_GRAD_BYTES, Optimizer, QuantFlavour, TrainingSpec
 
 GIB = 2**30
 MIB = 2**20
 
 PARAM_BYTES = 2  # bf16 model weights
 BF16_GEMM_INPUT_BYTES = 2  # a saved GEMM input outside quantised recipes
-MAIN_GRAD_BYTES = 4  # fp32 gradient buffer (Megatron DDP accumulates in fp32)
+MAIN_GRAD_BYTES = FP32_GRAD_BYTES  # fp32 gradient buffer (Megatron DDP accumulates in fp32 under --bf16)
 OPTIMIZER_BYTES = 12  # fp32 master weights + Adam exp_avg + exp_avg_sq
 MUON_BYTES = 8  # fp32 master weights + Muon's momentum buffer
 
@@ -749,31 +749,30 @@ def memory_per_gpu(
     capacity_gib: float,
     *,
     megatron_formula: bool = False,
-    main_grad_bytes: int = MAIN_GRAD_BYTES,
     architecture: str | None = None,
     host_runtime_gib: float = 0.0,
 ) -> MemoryBreakdown:
     """Memory of the most-loaded GPU (GiB), default mode or Megatron's formula (see module doc).
 
-    `main_grad_bytes`: 4 for fp32 gradient buffers (Megatron's default with bf16), 2 when gradients
-    are kept and reduced in bf16 (`--grad-reduce-in-bf16`, NeMo performance recipes). `architecture`: the GPU's,
-    which decides how many quantised weight copies a low-precision recipe keeps (needed with one).
+    The gradient buffers take the training's `main_grad_bytes` (fp32 unless --grad-reduce-in-bf16).
+    `architecture`: the GPU's, which decides how many quantised weight copies a low-precision recipe keeps
+    (needed with one).
     `host_runtime_gib`: a CPU rank's process runtime, its overhead (`GPUSpec.host_runtime_gib`).
     """
     if megatron_formula:
         return _megatron_memory(model, training, parallel, capacity_gib)
-    return _most_loaded(model, training, parallel, capacity_gib, main_grad_bytes, architecture, host_runtime_gib)
+    return _most_loaded(model, training, parallel, capacity_gib, architecture, host_runtime_gib)
 
 
 @lru_cache(maxsize=8192)
 def _most_loaded(
-    model: ModelSpec, training: TrainingSpec, parallel: ParallelConfig, capacity_gib: float, main_grad_bytes: int,
+    model: ModelSpec, training: TrainingSpec, parallel: ParallelConfig, capacity_gib: float,
     architecture: str | None, host_runtime_gib: float = 0.0,
 ) -> MemoryBreakdown:
     """Cached: the planner checks a layout's memory first and its estimate asks again for the same layout."""
     p = parallel
     stages = _stages_to_cost(model, p)
-    statics = _static_gib_by_stage(model, training, p, stages, main_grad_bytes, architecture)
+    statics = _static_gib_by_stage(model, training, p, stages, architecture)
     activations = _activation_bytes_by_stage(model, training, p, stages)
     # totals first, in MemoryBreakdown.total_gib's order, and a breakdown for the heaviest rank only
     totals = _stage_totals_gib(p, training, stages, statics, activations, host_runtime_gib)
@@ -792,14 +791,13 @@ def _most_loaded(
 
 
 def memory_by_stage(
-    model: ModelSpec, training: TrainingSpec, parallel: ParallelConfig, *, main_grad_bytes: int = MAIN_GRAD_BYTES,
-    architecture: str | None = None,
+    model: ModelSpec, training: TrainingSpec, parallel: ParallelConfig, *, architecture: str | None = None,
 ) -> tuple[tuple[int, float], ...]:
     """(pipeline rank, total GiB) of every rank that can be the most loaded (`_stages_to_cost_for`: the first and
     last ranks and each other layer mix), default mode; the heaviest is `memory_per_gpu`'s."""
     p = parallel
     stages = _stages_to_cost(model, p)
-    statics = _static_gib_by_stage(model, training, p, stages, main_grad_bytes, architecture)
+    statics = _static_gib_by_stage(model, training, p, stages, architecture)
     activations = _activation_bytes_by_stage(model, training, p, stages)
     return tuple(zip(stages, _stage_totals_gib(p, training, stages, statics, activations), strict=True))
 
@@ -858,7 +856,8 @@ _STATIC_STAGE_CACHE_SIZE = 16384
 
 
 def _static_gib_by_stage(model: ModelSpec, training: TrainingSpec, p: ParallelConfig, stages: tuple[int, ...],
-                         main_grad_bytes: int, architecture: str | None) -> tuple[tuple[float, float, float], ...]:
+                         architecture: str | None) -> tuple[tuple[float, float, float], ...]:
+    main_grad_bytes = training.main_grad_bytes
     key = (id(model), training.precision, training.quant_flavour, training.optimizer, p.tp, p.pp, p.vpp, p.cp, p.ep,
            p.expert_tp, p.dp, p.fsdp, p.distributed_optimizer, p.first_stage_layers, p.last_stage_layers,
            p.account_for_embedding, p.account_for_loss, p.pipeline_layout, stages, main_grad_bytes, architecture)

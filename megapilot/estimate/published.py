@@ -28,7 +28,6 @@ from pydantic import BaseModel, ConfigDict
 
 from megapilot.errors import MegapilotError
 from megapilot.estimate.cases import Case, CaseFlags
-from megapilot.estimate.step_time import EstimateOptions
 from megapilot.spec.model import ModelSpec, MoESpec
 from megapilot.spec.plan_file import EstimateResult
 from megapilot.spec.training import Fp8Recipe, Precision
@@ -42,9 +41,9 @@ TOKEN_DROP_PAD_TO_CAPACITY = True
 # The tables do not print recompute: the lightest that fits by megapilot's memory model, the rule the older
 # calibration file's rows follow too.
 RECOMPUTE_LADDER = ("none", "selective")
-# NeMo's and Megatron-Bridge's performance recipes keep and reduce gradients in bf16 (the older file's NeMo rows
-# are costed the same way, megapilot.estimate.calibration).
-PUBLISHED_OPTIONS = EstimateOptions(grad_reduce_in_bf16=True)
+# Rows published from NVIDIA's performance recipes (NeMo, Megatron-Bridge), which keep and reduce gradients in bf16
+# (`grad_reduce_in_fp32=False`); the older file's NeMo rows are costed the same way (megapilot.estimate.calibration).
+BF16_GRADIENT_PUBLISHERS = ("nemo-", "bridge-")
 
 
 class PublishedPrecision(NamedTuple):
@@ -214,6 +213,7 @@ def published_flags(row: PublishedLayout, model_path: str, model: ModelSpec) -> 
         "precision": row.gemm_precision.precision, "fp8_recipe": row.gemm_precision.fp8_recipe,
         "fsdp": row.fsdp or None, "distributed_optimizer": None if row.fsdp else True,
         "force_tp_across_nodes": True,  # ETP, which no table prints, is a command's default (cases.MOE_DEFAULT_ETP)
+        "grad_reduce_in_bf16": row.id.startswith(BF16_GRADIENT_PUBLISHERS) or None,
     } | _token_drop_flags(row, model))
 
 
@@ -332,7 +332,7 @@ def _entered(model: ModelSpec, flags: CaseFlags, retyped: list[str]) -> Publishe
     retyped = list(retyped)
     for _ in range(MAX_RETYPES + 1):
         try:
-            case, result = estimate_case(flags, options=PUBLISHED_OPTIONS)
+            case, result = estimate_case(flags)
             return PublishedEntry(model, flags, result, case, retyped)
         except MegapilotError as refusal:
             extra = retype_from_refusal(refusal)

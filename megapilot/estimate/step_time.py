@@ -132,7 +132,6 @@ from megapilot.spec.pipeline import LOSS, MTP, PipelineSplit, StageWeights
 from megapilot.spec.training import Optimizer, QuantFlavour, TrainingSpec
 
 TP_OVERLAP_HIDDEN_FRACTION = 0.8
-GRAD_REDUCE_BYTES = 4  # fp32 main grads are reduced (Megatron's default for bf16 training)
 PARAM_GATHER_BYTES = 2
 ADAM_STEP_BYTES_PER_PARAM = 32  # read param, grad, m, v (16 B) and write param, m, v + bf16 copy (16 B)
 # A GEMM of shape (m, k, n) does m*k*n multiply-adds (2 FLOPs each) in the forward and twice that in
@@ -200,7 +199,6 @@ class EstimateOptions:
     tp_comm_overlap: bool = True
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
-    grad_reduce_in_bf16: bool = False  # bf16 gradient buffers and reduction (NeMo performance recipes)
     # MoE: the flex dispatcher (DeepEP / HybridEP, `--moe-token-dispatcher-type flex`) instead of alltoall: True =
     # on every layout, None = on the layouts whose expert group leaves the NVLink domain (the planner's choice where
     # a backend runs: Megatron's MoE guide pairs cross-node EP with DeepEP / HybridEP); the expert all-to-all
@@ -224,11 +222,6 @@ class EstimateOptions:
     # `kernel_overhead_s` less the launch gap a graph saves (`latency.GRAPH_SAVES_PER_KERNEL_S`). None: all eager.
     cuda_graphs: CudaGraphs | None = None
     efficiency: EfficiencyParams = CALIBRATED
-
-    @property
-    def main_grad_bytes(self) -> int:
-        """Bytes per gradient element, held in memory and reduced over DP."""
-        return 2 if self.grad_reduce_in_bf16 else GRAD_REDUCE_BYTES
 
 
 @dataclass(frozen=True)
@@ -984,7 +977,7 @@ def _pp_comm_s(
 
 def _dp_comm_s(
     model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, options: EstimateOptions, stage0_microbatch_s: float,
-    num_microbatches: int, optimizer: Optimizer = "adam",
+    num_microbatches: int, training: TrainingSpec,
 ) -> tuple[float, float]:
     """(exposed seconds, total seconds) of the gradient reduction and parameter gather of stage 0. Muon
     all-reduces the gradients; Megatron refuses to overlap that with plain `muon`, and `dist_muon` all-gathers
@@ -993,7 +986,7 @@ def _dp_comm_s(
     runs (`latency.sm_contended_exposed_s`)."""
     shard = shard_params(model, p, 0)
     dense, expert = shard.dense + shard.replicated, shard.expert
-    grad_bytes = options.main_grad_bytes
+    grad_bytes, optimizer = training.main_grad_bytes, training.optimizer
     dense_group, expert_group = p.dp * p.cp, p.expert_dp
     bandwidth = comm.group_bandwidth_bytes_per_s(cluster, p.cp * p.dp, stride=p.tp)
     share = sm_share(NCCL_COLLECTIVE_SMS, cluster.gpu)
@@ -1153,7 +1146,7 @@ def step_time(
     per_microbatch_s = slowest_total + pp_comm_s + offload_s
     other_stages_s = sum(totals) - slowest_total + (p.pp - 1) * pp_comm_s
     bubble_s = other_stages_s / p.vpp
-    dp_exposed_s, _ = _dp_comm_s(model, cluster, p, options, totals[0], m, training.optimizer)
+    dp_exposed_s, _ = _dp_comm_s(model, cluster, p, options, totals[0], m, training)
     optimizer_s = _optimizer_s(model, cluster, p, training.optimizer) \
         + _newton_schulz_s(model, cluster, p, training.optimizer)
     breakdown = {

@@ -271,6 +271,7 @@ def _precision_section(plan: SavedPlan, options: LaunchOptions, table: FlagTable
     _check_launcher_runs(flavour, gpu.vendor, options)
     s = ArgSection(f"precision: {training.precision} on {gpu.name}")
     s.add("--fp16" if training.precision == "fp16" else "--bf16")
+    s.add_terms(training, "--grad-reduce-in-bf16")  # Megatron keeps the gradients in fp32 under --bf16 unless told
     if flavour in MEGATRON_QUANT_FLAGS:
         s.args.extend(MEGATRON_QUANT_FLAGS[flavour])
         if pads_routing_for_quantization(plan.model, training):  # the rule CUDA graphs' refusals read too

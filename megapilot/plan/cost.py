@@ -92,12 +92,9 @@ class CostModel:
         architecture, runtime_gib = self.cluster.gpu.architecture, self.cluster.gpu.host_runtime_gib
         # The same arguments `estimate_fast` passes (tests/plan/test_cost.py checks that both stages
         # agree on every verdict).
-        main_grad_bytes = (self.options or EstimateOptions()).main_grad_bytes
-
         def memory(parallel: ParallelConfig) -> MemoryCheck:
             m = self._breakdowns[parallel] = memory_per_gpu(model, training, parallel, capacity,
-                                                            main_grad_bytes=main_grad_bytes, architecture=architecture,
-                                                            host_runtime_gib=runtime_gib)
+                                                            architecture=architecture, host_runtime_gib=runtime_gib)
             return MemoryCheck(m.total_gib, self._usable(m.capacity_gib), m.activations_gib,
                                m.weights_gib + m.gradients_gib + m.optimizer_gib)
 

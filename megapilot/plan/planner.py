@@ -61,7 +61,7 @@ def plan(
     Ranked by predicted tokens/s/GPU, except that the best layouts of the shapes predicted within the
     estimator's own median error of the fastest (`model_error_band`) are ordered by the recipes' preferences
     (`preferences.PREFERENCES`); the winner's reasons name the rule when that put it ahead of a faster one.
-    `options` are the estimator's run features (overlap, bf16 gradient reduction); None = defaults.
+    `options` are the estimator's run features (the overlaps, the MoE dispatcher); None = defaults.
     `headroom_fraction`: the share of each GPU's HBM a planned layout must leave free beyond the estimate's
     own overhead allowance (default 0: that allowance is the margin).
 

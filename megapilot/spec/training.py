@@ -26,6 +26,10 @@ Optimizer = Literal["adam", "muon", "dist_muon"]
 OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
 MUON_OPTIMIZERS = ("muon", "dist_muon")
 DEFAULT_FP8_RECIPE: Fp8Recipe = "tensorwise"
+# Bytes per value of the gradient buffers DDP accumulates into and reduces: fp32 (Megatron-LM's validate_args turns
+# it on for --bf16), or the parameters' own 16 bits (--grad-reduce-in-bf16; fp16 training unless asked otherwise).
+FP32_GRAD_BYTES = 4
+HALF_GRAD_BYTES = 2
 # One name per quantised-GEMM flavour: plain fp8 by its recipe, the block-scaled formats by their own name.
 QuantFlavour = Literal["fp8-delayed", "fp8-tensorwise", "fp8-blockwise", "mxfp8", "nvfp4", "mxfp4"]
 
@@ -64,6 +68,12 @@ class TrainingSpec(BaseModel):
         description="--optimizer: adam; muon orthogonalises each 2-D weight's momentum by Newton-Schulz iterations "
                     "(one fp32 momentum; embeddings, output layer, norms and biases stay on Adam) and cannot use "
                     "the distributed optimizer; dist_muon shards that state layer by layer over data parallel.",
+    )
+    grad_reduce_in_bf16: bool = Field(
+        default=False,
+        description="--grad-reduce-in-bf16: gradients kept and reduced in bf16, half the bytes of the fp32 buffers "
+                    "Megatron keeps under --bf16 otherwise (NeMo's and Megatron-Bridge's performance recipes); it "
+                    "changes the numerics, so it is off unless asked for.",
     )
     train_iters: int = Field(default=100, gt=0, le=MAX_TRAIN_ITERS, description="--train-iters.")
     lr: float = Field(default=3e-4, gt=0)
@@ -115,6 +125,20 @@ class TrainingSpec(BaseModel):
         if optimizer in MUON_OPTIMIZERS and info.data.get("precision") == "fp16":
             raise ValueError(f"{optimizer} does not run with fp16 (Megatron refuses it); use bf16 or an fp8 recipe")
         return optimizer
+
+    @field_validator("grad_reduce_in_bf16")
+    @classmethod
+    def _bf16_gradients_need_bf16(cls, bf16_gradients: bool, info: ValidationInfo) -> bool:
+        # Megatron reads --grad-reduce-in-bf16 only under --bf16: with --fp16 it would be silently ignored.
+        if bf16_gradients and info.data.get("precision") == "fp16":
+            raise ValueError("bf16 gradients need bf16 training; fp16 keeps its gradients in fp16 already")
+        return bf16_gradients
+
+    @property
+    def main_grad_bytes(self) -> int:
+        """Bytes per value of the gradient buffers DDP accumulates into and reduces (`FP32_GRAD_BYTES` unless
+        --grad-reduce-in-bf16, or fp16 training, keeps them at 16 bits)."""
+        return HALF_GRAD_BYTES if self.grad_reduce_in_bf16 or self.precision == "fp16" else FP32_GRAD_BYTES
 
     @property
     def uses_muon(self) -> bool:

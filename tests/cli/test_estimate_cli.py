@@ -153,8 +153,24 @@ def test_table_states_the_defaults_it_assumed_on_one_stderr_line(cli):
     assert "MBS=1" in assumed[0] and "bf16" in assumed[0] and "no recompute" in assumed[0]
     assert "TP=" not in assumed[0] and " PP" not in assumed[0]  # given on the command line, not assumed
     given = cli("estimate", *LAYOUT, "--mbs", "2", "--precision", "fp8", "--gpus-per-node", "8")
-    assert "MBS" not in given.stderr and "bf16" not in given.stderr and "GPUs per node" not in given.stderr
+    items = given.stderr.removeprefix("assumed: ").split(", ")
+    assert "MBS" not in given.stderr and "bf16" not in items and "GPUs per node" not in given.stderr
     assert cli("estimate", *LAYOUT, "--json").stderr == ""  # JSON output is the whole answer
+
+
+def test_bf16_gradients_halve_the_gradient_buffers_and_are_said_when_left_out(cli):
+    fp32 = cli("estimate", *LAYOUT, "--json").json()
+    bf16 = cli("estimate", *LAYOUT, "--grad-reduce-in-bf16", "--json").json()
+    assert bf16["memory_gib"]["gradients"] == pytest.approx(fp32["memory_gib"]["gradients"] / 2, rel=1e-3)
+    assert bf16["step_time_s"] <= fp32["step_time_s"]  # half the bytes in the DP reduce-scatter
+    assert "fp32 gradients" in cli("estimate", *LAYOUT).stderr
+    assert "fp32 gradients" not in cli("estimate", *LAYOUT, "--grad-reduce-in-bf16").stderr
+
+
+def test_bf16_gradients_under_fp16_training_are_refused_by_field(cli):
+    result = cli("estimate", *LAYOUT, "--precision", "fp16", "--grad-reduce-in-bf16")
+    assert result.exit_code == 2 and "Traceback" not in result.stderr
+    assert "grad_reduce_in_bf16" in result.stderr and "--precision bf16" in result.stderr
 
 
 def test_batch_table_and_missing_file(cli, tmp_path):

@@ -258,6 +258,21 @@ def test_remote_drafts_check_paths_for_form_only_and_create_nothing_here(
     assert relative.exit_code == 2 and "not an absolute path" in relative.stderr  # the form is still checked
 
 
+def test_bf16_gradients_travel_from_the_plan_into_the_script_and_cannot_be_added_to_a_saved_plan(
+        cli, tmp_path: Path) -> None:
+    saved = tmp_path / "bf16-grads.json"
+    planned = cli("plan", "--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "16", "--grad-reduce-in-bf16",
+                  "--save", str(saved))
+    assert planned.exit_code == 0, planned.stderr
+    args = cli("script", "--plan", str(saved), "--mock-data", *MEGATRON, "--json").json()["megatron_args"]
+    assert "--grad-reduce-in-bf16" in args and "--bf16" in args
+    layout = ("--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "16", "--gbs", "128", "--seq-len", "8192")
+    plain = cli("script", *layout, "--mock-data", *MEGATRON, "--json").json()["megatron_args"]
+    assert "--grad-reduce-in-bf16" not in plain  # Megatron's fp32 gradients unless asked
+    added = cli("script", "--plan", str(saved), "--grad-reduce-in-bf16", "--mock-data", *MEGATRON)
+    assert added.exit_code == 2 and "cannot change a saved plan" in added.stderr
+
+
 def test_flex_dispatcher_is_asked_for_by_name_and_refused_on_a_dense_model(cli, plan_file: Path) -> None:
     moe = ["script", "--model", "mixtral-8x7b", "--gpu", "h100", "--gpus", "8", "--ep", "8", "--gbs", "64",
            "--seq-len", "4096", "--mock-data", *MEGATRON, "--remote", "--json"]

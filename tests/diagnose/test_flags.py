@@ -165,6 +165,14 @@ def test_the_optimizer_reads_back_and_an_unmodelled_one_is_said():
     assert lion.training.optimizer == "adam" and any("--optimizer lion is not modelled" in n for n in lion.notes)
 
 
+def test_bf16_gradients_read_back_only_under_bf16_as_megatron_reads_them():
+    dense = "--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 --global-batch-size 8"
+    assert run_config(read_flags(flags=dense + " --bf16 --grad-reduce-in-bf16")).training.grad_reduce_in_bf16
+    assert not run_config(read_flags(flags=dense + " --bf16")).training.grad_reduce_in_bf16
+    fp16 = run_config(read_flags(flags=dense + " --fp16 --grad-reduce-in-bf16")).training
+    assert not fp16.grad_reduce_in_bf16 and fp16.main_grad_bytes == 2  # fp16 keeps 16-bit gradients anyway
+
+
 @pytest.mark.parametrize(("pattern", "pp", "vpp", "layout"), [
     ("M-M*|M-ME/*E/*E", 2, 1, None),  # Megatron-LM >= 0.18: '|' pipeline segments, '/' one MTP depth each
     ("M-|M*|M-|ME/*E/*E", 2, 2, None),  # four segments on two ranks: two virtual stages each

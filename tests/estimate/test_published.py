@@ -65,20 +65,17 @@ def test_rows_printed_without_the_split_megatron_needs_take_the_balanced_one_as_
 
 
 def test_a_published_row_is_priced_as_the_estimate_command_prices_it(tmp_path):
-    """The row's printed flags, as `megapilot estimate` resolves them, give the bench's figure (its options aside:
-    the bench reduces gradients in bf16, as the recipes do, which the command's default does not)."""
-    from dataclasses import replace
-
+    """The row's printed flags, as `megapilot estimate` resolves them (with --grad-reduce-in-bf16, as the recipes
+    run), give the bench's figure."""
     from megapilot.estimate import estimate_case
-    from megapilot.estimate.published import PUBLISHED_OPTIONS
 
     row = next(r for r in LAYOUT_ROWS if r.id.startswith("bridge-25.09-pretrain-DGX-B200-DeepSeekV3"))
     entry = enter_published_run(row)
     (tmp_path / "model.json").write_text(entry.model.model_dump_json())
     typed = published_flags(row, str(tmp_path / "model.json"), entry.model)  # as printed: no split, no retype
     flags = typed.changed({"recompute": entry.case.parallel.recompute})
-    case, result = estimate_case(flags, options=replace(entry.case.options, **{
-        "grad_reduce_in_bf16": PUBLISHED_OPTIONS.grad_reduce_in_bf16}))
+    assert flags.grad_reduce_in_bf16
+    case, result = estimate_case(flags)
     assert case.parallel == entry.case.parallel
     assert result.tokens_per_s_per_gpu == pytest.approx(entry.result.tokens_per_s_per_gpu, rel=1e-9)
 

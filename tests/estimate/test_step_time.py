@@ -219,7 +219,7 @@ def test_a_dp_reduce_and_gather_that_hide_entirely_cost_the_share_of_the_sms_ncc
     layout = _layout(dp=2, mbs=2)
     stage0 = stage_costs(LLAMA3_70B, _h100s(64), SEQ_4K, layout, EstimateOptions())[0].total
     exposed, total = _dp_comm_s(LLAMA3_70B, _h100s(64), layout, EstimateOptions(), stage0,
-                                layout.num_microbatches(512))
+                                layout.num_microbatches(512), SEQ_4K)
     assert NCCL_COLLECTIVE_SMS == 16
     assert exposed == pytest.approx(total * 16 / 132)
 

@@ -58,6 +58,8 @@ VARIANT_PLANS: dict[str, SavedPlan] = {
     "fsdp_meta_init": make_plan(LLAMA31_405B, "h100", 8, _TRAIN.model_copy(update={"global_batch_size": 64}),
                                 tp=8, sequence_parallel=True, fsdp=True),
     "no_dist_opt": make_plan(LLAMA31_8B, "h100", 1, _TRAIN, distributed_optimizer=False),
+    # the NeMo / Megatron-Bridge performance recipes' gradients, kept and reduced in bf16
+    "bf16_gradients": make_plan(LLAMA31_8B, "h100", 1, _TRAIN.model_copy(update={"grad_reduce_in_bf16": True})),
     "mla_q_lora": make_plan(DEEPSEEK_Q_LORA, "h100", 1, _TRAIN, ep=8, etp=1),
     # the modules DeepSeek-V3's recipes recompute (--recompute-granularity selective --recompute-modules ...)
     "mla_recompute_modules": make_plan(DEEPSEEK_Q_LORA, "h100", 1, _TRAIN, ep=8, etp=1,

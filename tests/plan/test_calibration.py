@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from megapilot.catalog import get_gpu
-from megapilot.estimate import EstimateOptions
 from megapilot.plan import plan, search_layouts
 from megapilot.plan.cost import CostModel
 from megapilot.plan.planner import model_error_band
@@ -48,7 +47,9 @@ def _model(row: dict) -> ModelSpec:
 def _inputs(row: dict) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
     precision = "fp8" if "fp8" in str(row["precision"]).lower() else "bf16"
     cluster = ClusterSpec.from_gpu_count(get_gpu(row["gpu"]), row["num_gpus"])
-    training = TrainingSpec(seq_length=row["seq_len"], global_batch_size=row["gbs"], precision=precision)
+    # the publisher's run: NeMo's performance recipes keep and reduce gradients in bf16
+    training = TrainingSpec(seq_length=row["seq_len"], global_batch_size=row["gbs"], precision=precision,
+                            grad_reduce_in_bf16=row["id"].startswith("nemo-"))
     return _model(row), cluster, training
 
 
@@ -68,11 +69,6 @@ ROWS = _rows()
 MEMORY_MODEL_DISAGREES: dict[str, str] = {}
 
 
-def _options(row: dict) -> EstimateOptions:
-    """Run features the row's publisher used: NeMo's performance recipes keep and reduce gradients in bf16."""
-    return EstimateOptions(grad_reduce_in_bf16=row["id"].startswith("nemo-"))
-
-
 def _fit_param(row: dict):
     reason = MEMORY_MODEL_DISAGREES.get(row["id"])
     marks = [pytest.mark.xfail(strict=True, reason=f"published layout, {reason}")] if reason else []
@@ -84,7 +80,7 @@ def test_published_layout_is_valid_and_fits(row):
     model, cluster, training = _inputs(row)
     published = _published_layout(row)
     validate_layout(model, cluster, training, published)
-    est = CostModel(model, cluster, training, options=_options(row))(published)
+    est = CostModel(model, cluster, training)(published)
     assert est.fits, f"{row['id']}: {est.memory_gib.total:.1f} GiB > {est.memory_gib.capacity:.1f} GiB"
 
 
@@ -103,8 +99,8 @@ def _unique_inputs() -> list[dict]:
 def test_planner_top5_beats_or_matches_the_published_layout(row):
     model, cluster, training = _inputs(row)
     published = _published_layout(row)
-    result = plan(model, cluster, training, top=5, options=_options(row))
-    mine = CostModel(model, cluster, training, options=_options(row))(published)
+    result = plan(model, cluster, training, top=5)
+    mine = CostModel(model, cluster, training)(published)
     print(f"\n{row['id']}: {model.name} on {cluster.world_size} x {cluster.gpu.alias}, seq {training.seq_length}, "
           f"GBS {training.global_batch_size}, {training.precision}")
     print(f"   published  {layout_label(published):<44} {mine.tokens_per_s_per_gpu:>9,.0f} tok/s/GPU "
@@ -115,8 +111,7 @@ def test_planner_top5_beats_or_matches_the_published_layout(row):
               f"{est.memory_gib.total:6.1f} GiB")
     # The search finds a layout at least as fast as the published one; the plan's first choice is that one or
     # one the recipe tie-break preferred inside the model's own error of it.
-    fastest = search_layouts(model, cluster, training, cost=CostModel(model, cluster, training,
-                                                                        options=_options(row))).ranked[0].estimate
+    fastest = search_layouts(model, cluster, training, cost=CostModel(model, cluster, training)).ranked[0].estimate
     band = model_error_band(model, cluster, training)
     assert result.best.estimate.tokens_per_s_per_gpu * (1 + band.fraction) >= fastest.tokens_per_s_per_gpu / 1.002
     if mine.fits:  # a published layout our memory model rejects is outside the space the planner may use

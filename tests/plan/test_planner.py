@@ -7,7 +7,6 @@ import pytest
 
 from megapilot.catalog import get_gpu, get_model
 from megapilot.errors import MegapilotError
-from megapilot.estimate import EstimateOptions
 from megapilot.plan import Pins, plan
 from megapilot.plan.planner import distinct_shapes
 from megapilot.plan.reasons import layout_label
@@ -204,8 +203,8 @@ def test_a_layout_shown_by_a_plainer_variant_says_which_faster_one_it_set_aside_
     MBS 1 without offload; its reasons name the MBS 2 variant with activation offload, 0.1 % faster inside the
     model's band."""
     result = plan(get_model("llama4-scout-17b-16e"), ClusterSpec.from_gpu_count(get_gpu("gb200"), 64),
-                  TrainingSpec(seq_length=8192, global_batch_size=2048, precision="fp8"), top=3,
-                  options=EstimateOptions(grad_reduce_in_bf16=True))
+                  TrainingSpec(seq_length=8192, global_batch_size=2048, precision="fp8", grad_reduce_in_bf16=True),
+                  top=3)
     top = result.candidates[0]
     assert (top.parallel.tp, top.parallel.ep, top.parallel.cpu_offloading_num_layers) == (1, 16, 0)
     variant = [reason for reason in top.reasons if reason.startswith("variant:")]

@@ -10,7 +10,6 @@ import pytest
 
 from megapilot.catalog import get_gpu, get_model
 from megapilot.errors import MegapilotError
-from megapilot.estimate import EstimateOptions
 from megapilot.plan import Pins, plan, search, search_layouts, space
 from megapilot.plan.cost import CostModel
 from megapilot.plan.planner import model_error_band
@@ -345,10 +344,10 @@ def test_a_shape_is_shown_by_its_variant_without_exotic_flags_inside_the_band():
     plain variant, so the rules do not hold the offload flag against a shape that does not need it; with no band
     the fastest variant stands."""
     model, cluster, training = _fp8("llama4-scout-17b-16e", "gb200", 64, 8192, 2048)
-    options = EstimateOptions(grad_reduce_in_bf16=True)  # as the NeMo recipe runs it
+    training = training.model_copy(update={"grad_reduce_in_bf16": True})  # as the NeMo recipe runs it
 
     def shown(reach: float | None) -> Fit:
-        cost = CostModel(model, cluster, training, options=options)
+        cost = CostModel(model, cluster, training)
         return search_layouts(model, cluster, training, cost=cost, reach=reach).best_by_shape[(1, 1, 1, 16, False)]
     banded, fastest = shown(0.116), shown(None)
     assert fastest.parallel.cpu_offloading_num_layers > 0
