@@ -145,6 +145,7 @@ def _memory_candidates(config: RunConfig) -> Iterator[LayoutOption | None]:
         yield proposed_layout(config, "distributed optimizer", _layout(config, distributed_optimizer=True), reasons={
             "--use-distributed-optimizer": f"shard the fp32 optimizer states over the {p.dp} DP ranks"})
     yield _muon_sharded(config, f"deal Muon's fp32 state out over the {p.dp} DP ranks, layer by layer")
+    yield _bf16_gradients(config)
     if not p.fsdp and p.pp == 1 and p.dp > 1:
         yield proposed_layout(config, "Megatron-FSDP", _layout(config, fsdp=True, distributed_optimizer=True), reasons={
             "--use-megatron-fsdp": f"shard weights, gradients and optimizer states over the {p.dp} DP ranks"})
@@ -245,6 +246,22 @@ def _throughput_candidates(config: RunConfig) -> Iterator[LayoutOption | None]:
         yield proposed_layout(config, "FP8 GEMMs", p, training.model_copy(update={"precision": "fp8"}), reasons={
             "--fp8-format": f"{gpu.alias} runs FP8 GEMMs at {gpu.peak_tflops('fp8'):.0f} TF/s"})
     yield from _overlap_options(config)
+    if p.dp * p.cp > 1:  # a reduction to halve
+        yield _bf16_gradients(config)
+
+
+def _bf16_gradients(config: RunConfig) -> LayoutOption | None:
+    """Gradients kept and reduced in bf16 where a bf16 run keeps them in fp32 (Megatron's default): half the
+    gradient buffers and half the bytes of the DP reduction. The sum runs in bf16, which is why Megatron does not
+    default to it; NeMo's and Megatron-Bridge's performance recipes run it. None where there is nothing to halve."""
+    training = config.training
+    assert training is not None
+    if not config.flags.has("--bf16") or training.grad_reduce_in_bf16:
+        return None
+    return proposed_layout(config, "bf16 gradients", config.parallel,
+                           training.model_copy(update={"grad_reduce_in_bf16": True}), reasons={
+        "--grad-reduce-in-bf16": "keep and reduce the gradients in bf16: half their memory and DP traffic (the sum "
+                                 "loses fp32's precision; NeMo's and Megatron-Bridge's recipes run it)"})
 
 
 def _overlap_options(config: RunConfig) -> Iterator[LayoutOption | None]:

@@ -53,6 +53,15 @@ def test_every_change_is_exact_flags_with_predicted_memory():
             "TP communication overlap"} <= labels
 
 
+def test_bf16_gradients_are_offered_by_their_flag_where_a_bf16_run_reduces_fp32_gradients():
+    report = optimize(config_for("h100"))  # DP 2, the reduction not overlapped
+    [change] = [c for c in report.changes if c.label == "bf16 gradients"]
+    assert [f.flag for f in change.fixes] == ["--grad-reduce-in-bf16"]
+    assert change.predicted_memory_gib < report.current_memory_gib and change.gain_pct > 0
+    already = run_config(read_flags(flags=FLAGS + " --grad-reduce-in-bf16"), gpu=get_gpu("h100"), gpus=8)
+    assert "bf16 gradients" not in _labels(optimize(already))
+
+
 def test_optimize_needs_gpu_and_complete_flags():
     with pytest.raises(MegapilotError, match="gpu"):
         optimize(run_config(read_flags(flags=FLAGS), gpus=8))

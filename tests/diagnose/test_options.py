@@ -43,8 +43,8 @@ def test_change_sets_a_flag_the_launch_has_and_adds_one_it_lacks():
 def test_memory_options_cover_every_saver_the_layout_still_lacks():
     labels = [o.label for o in memory_options(_config(gpu=None))]  # no GPU: nothing predicted, nothing filtered
     assert labels == ["selective recompute", "offload 31 layers' activations", "distributed optimizer",
-                      "Megatron-FSDP", "sequence parallel", "micro-batch 1", "full recompute", "pipeline parallel 2",
-                      "tensor parallel 4"]
+                      "bf16 gradients", "Megatron-FSDP", "sequence parallel", "micro-batch 1", "full recompute",
+                      "pipeline parallel 2", "tensor parallel 4"]
 
 
 def test_offloading_is_offered_for_the_fewest_layers_that_fit_and_writes_its_one_flag():
