@@ -336,8 +336,9 @@ def _render(result: PlanResult, saved: Path | None) -> None:
     c = result.cluster
     t = result.training
     optimizer = "" if t.optimizer == "adam" else f", {t.optimizer}"
+    gradients = ", bf16 gradients" if t.grad_reduce_in_bf16 else ""
     table = Table(title=f"{result.model.name} on {cluster_label(c)} — seq {t.seq_length:,}, "
-                        f"GBS {t.global_batch_size:,}, {t.precision}{optimizer}")
+                        f"GBS {t.global_batch_size:,}, {t.precision}{optimizer}{gradients}")
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("layout", overflow="fold", min_width=14)  # the one column that may fold
     # Two-line headings keep the table inside an 80-column terminal.

@@ -264,6 +264,7 @@ def test_bf16_gradients_travel_from_the_plan_into_the_script_and_cannot_be_added
     planned = cli("plan", "--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "16", "--grad-reduce-in-bf16",
                   "--save", str(saved))
     assert planned.exit_code == 0, planned.stderr
+    assert "bf16 gradients" in planned.stdout  # the table's title says what it searched for
     args = cli("script", "--plan", str(saved), "--mock-data", *MEGATRON, "--json").json()["megatron_args"]
     assert "--grad-reduce-in-bf16" in args and "--bf16" in args
     layout = ("--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "16", "--gbs", "128", "--seq-len", "8192")
