@@ -703,6 +703,9 @@ def _check_precision(cluster: ClusterSpec, training: TrainingSpec) -> None:
             field="precision",
             fix=f"use one of: {supported}",
         )
+    if training.grad_reduce_in_bf16 and cluster.gpu.vendor == "CPU":
+        raise MegapilotError("a CPU run trains in fp32 (no --bf16 is written for it), so its gradients are fp32",
+                             field="grad_reduce_in_bf16", fix="leave --grad-reduce-in-bf16 out on a CPU")
 
 
 def _warnings(model: ModelSpec, training: TrainingSpec, p: ParallelConfig) -> list[str]:

@@ -167,10 +167,14 @@ def test_bf16_gradients_halve_the_gradient_buffers_and_are_said_when_left_out(cl
     assert "fp32 gradients" not in cli("estimate", *LAYOUT, "--grad-reduce-in-bf16").stderr
 
 
-def test_bf16_gradients_under_fp16_training_are_refused_by_field(cli):
+def test_bf16_gradients_under_fp16_training_or_on_a_cpu_are_refused_by_field(cli):
     result = cli("estimate", *LAYOUT, "--precision", "fp16", "--grad-reduce-in-bf16")
     assert result.exit_code == 2 and "Traceback" not in result.stderr
     assert "grad_reduce_in_bf16" in result.stderr and "--precision bf16" in result.stderr
+    tiny = ("--model", "tiny", "--gpu", "cpu", "--gpus", "2", "--gbs", "8", "--seq-len", "128", "--grad-reduce-in-bf16")
+    for command in ("estimate", "plan"):  # a CPU run trains in fp32
+        cpu = cli(command, *tiny)
+        assert cpu.exit_code == 2 and "grad_reduce_in_bf16" in cpu.stderr and "on a CPU" in cpu.stderr
 
 
 def test_batch_table_and_missing_file(cli, tmp_path):
