@@ -360,6 +360,8 @@ def _option_parameters(cls: type[LayoutFlags | FeatureFlags], required_note: str
             option.help = f"{option.help} {notes[item.name]}"
         if item.name in MEGATRON_SPELLINGS:
             option.param_decls = (*_declared_names(option, item.name), *MEGATRON_SPELLINGS[item.name])
+        elif value_type is bool and not option.param_decls:  # an on-only `_switch`: typer would add a `--no-` form
+            option.param_decls = _declared_names(option, item.name)
         assert item.default is not MISSING  # every option has a default: left out = not given
         parameters.append(inspect.Parameter(item.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                             default=item.default,

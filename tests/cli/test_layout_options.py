@@ -241,3 +241,12 @@ def test_vpp_given_under_two_spellings_is_refused_on_one_line(cli):
         result = cli(command, *args, "--vpp", "2", "--virtual-pipeline-model-parallel-size", "2")
         assert result.exit_code == 2
         assert "vpp: given twice" in result.stderr and "\n" not in result.stderr.strip()
+
+
+@pytest.mark.parametrize("command", ["estimate", "plan", "script"])
+def test_an_on_only_switch_has_no_off_form(cli, command):
+    """A switch that only turns a feature on (`--grad-reduce-in-bf16`, `--moe-a2a-overlap`) offers no `--no-` form:
+    the off form would read as given and mean Megatron's default. The tri-state ones keep theirs."""
+    shown = cli(command, "--help").stdout
+    assert "--grad-reduce-in-bf16" in shown and "--no-grad-reduce-in-bf16" not in shown
+    assert "--moe-a2a-overlap" in shown and "--no-moe-a2a-overlap" not in shown
