@@ -43,7 +43,7 @@ from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.pipeline import NoPipelineSplit
 from megapilot.spec.plan_file import EstimateResult, MemoryGiB, ParamCounts
-from megapilot.spec.training import Optimizer, TrainingSpec
+from megapilot.spec.training import FP32_GRAD_BYTES, Optimizer, TrainingSpec
 from megapilot.spec.validate import most_offloaded_layers, validate_layout
 
 __all__ = [
@@ -88,6 +88,8 @@ class FastEstimate:
     parallel: ParallelConfig  # the layout estimated: the memory advice names what it does not use yet
     convention: FlopConvention = "megatron"
     optimizer: Optimizer = "adam"  # which memory savers the advice may name (Muon refuses two)
+    # whether the advice may name bf16 gradients: a bf16-class run on a GPU that keeps them in fp32
+    fp32_gradients: bool = False
     host: HostOffload | None = None  # activation offload's host memory, with offload on
     # The widest TP the layout checks allow without --force-tp-across-nodes (the NVLink / xGMI domain or the node):
     # the memory advice offers more TP only up to it. None: no limit known.
@@ -120,6 +122,7 @@ def estimate_fast(
     time = step_time(model, cluster, training, parallel, options, convention=convention)
     return FastEstimate(memory=memory, time=time, parallel=parallel, convention=convention,
                         optimizer=training.optimizer,
+                        fp32_gradients=training.main_grad_bytes == FP32_GRAD_BYTES and cluster.gpu.vendor != "CPU",
                         host=host_offload(model, training, parallel, cluster.gpu.host_memory_gib),
                         tp_limit=max(cluster.gpus_per_node, cluster.scaleup_domain_gpus))
 
@@ -193,7 +196,8 @@ def _param_counts(model: ModelSpec) -> ParamCounts:
 def to_result(model: ModelSpec, fast: FastEstimate, warnings: list[str] | None = None) -> EstimateResult:
     """The public `EstimateResult` of a fast estimate (numbers rounded for display stability)."""
     memory, time = fast.memory, fast.time
-    all_warnings = [*(warnings or []), *_memory_warnings(memory, model, fast.parallel, fast.optimizer, fast.tp_limit),
+    all_warnings = [*(warnings or []), *_memory_warnings(memory, model, fast.parallel, fast.optimizer, fast.tp_limit,
+                                                                    fp32_gradients=fast.fp32_gradients),
                     *_host_warnings(fast.host), *time.warnings]
     interval = time.tokens_interval()
     return EstimateResult(
@@ -229,13 +233,13 @@ LOW_HEADROOM_FRACTION = 0.05
 
 
 def _memory_warnings(memory: MemoryBreakdown, model: ModelSpec, parallel: ParallelConfig,
-                     optimizer: Optimizer, tp_limit: int | None = None) -> list[str]:
+                     optimizer: Optimizer, tp_limit: int | None = None, *, fp32_gradients: bool = False) -> list[str]:
     if memory.fits:
         headroom = memory.capacity_gib - memory.total_gib
         if headroom < LOW_HEADROOM_FRACTION * memory.capacity_gib:
             return [f"only {headroom:.1f} GiB of {memory.capacity_gib:.0f} GiB left: allocator spikes may OOM"]
         return []
-    savers = memory_savers_not_on(model, parallel, optimizer, tp_limit)
+    savers = memory_savers_not_on(model, parallel, optimizer, tp_limit, fp32_gradients=fp32_gradients)
     advice = ("not yet used: " + ", ".join(savers)) if savers else \
         "every memory saver is already on: more GPUs, a shorter sequence or a smaller model"
     return [
@@ -254,14 +258,16 @@ def _host_warnings(host: HostOffload | None) -> list[str]:
 
 
 def memory_savers_not_on(model: ModelSpec, p: ParallelConfig, optimizer: Optimizer = "adam",
-                         tp_limit: int | None = None) -> list[str]:
+                         tp_limit: int | None = None, *, fp32_gradients: bool = False) -> list[str]:
     """The memory savers this layout does not use yet, cheapest in throughput first.
 
     Advice that names a switch already on (the distributed optimizer under Megatron-FSDP, recompute
     when every layer is recomputed) sends the user looking for a change that does not exist, and so does a
     switch Megatron refuses beside Muon (the distributed optimizer, Megatron-FSDP): there it names dist_muon.
     More TP is offered only inside `tp_limit` (the NVLink domain): TP 16 on 8-GPU nodes is refused by the layout
-    checks, so naming it sent the user to a layout the next command refuses.
+    checks, so naming it sent the user to a layout the next command refuses. With `fp32_gradients` (a bf16 run on
+    a GPU, Megatron's default) it names bf16 gradients, as NeMo's and Megatron-Bridge's recipes keep them: no
+    throughput lost, but the sum loses fp32's precision, so it is named after the savers that change nothing.
     """
     savers: list[str] = []
     muon = optimizer != "adam"
@@ -271,6 +277,8 @@ def memory_savers_not_on(model: ModelSpec, p: ParallelConfig, optimizer: Optimiz
         savers.append("the distributed optimizer (--use-distributed-optimizer)")
     if p.tp > 1 and not p.sequence_parallel:
         savers.append("sequence parallelism (--sequence-parallel)")
+    if fp32_gradients:
+        savers.append("bf16 gradients (--grad-reduce-in-bf16; the sum in bf16)")
     if p.mbs > 1:
         savers.append(f"a smaller micro-batch (now {p.mbs})")
     if p.dp > 1 and not p.fsdp and not muon:

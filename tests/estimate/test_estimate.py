@@ -127,7 +127,12 @@ def test_moe_estimate_counts_active_parameters_and_expert_communication():
 
 @pytest.mark.parametrize(("layout", "named", "not_named"), [
     ({"tp": 1, "pp": 1, "recompute": "none", "distributed_optimizer": True},
-     ["Megatron-FSDP", "full activation recompute", "more pipeline stages"], ["distributed optimizer"]),
+     ["Megatron-FSDP", "full activation recompute", "more pipeline stages", "--grad-reduce-in-bf16"],
+     ["distributed optimizer"]),
+    ({"tp": 1, "pp": 1, "recompute": "none", "distributed_optimizer": True, "grad_reduce_in_bf16": True},
+     ["Megatron-FSDP"], ["bf16 gradients"]),  # on already
+    ({"tp": 1, "pp": 1, "recompute": "none", "distributed_optimizer": True, "precision": "fp16"},
+     ["Megatron-FSDP"], ["bf16 gradients"]),  # fp16 gradients are 16-bit already
     ({"tp": 1, "pp": 1, "recompute": "full", "fsdp": True, "seq_len": 65536},
      ["more tensor-parallel ranks"], ["distributed optimizer", "Megatron-FSDP", "recompute", "more pipeline stages"]),
     ({"tp": 1, "pp": 1, "recompute": "none", "distributed_optimizer": False},
