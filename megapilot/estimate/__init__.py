@@ -147,10 +147,9 @@ def estimate(
     return to_result(model, fast, warnings)
 
 
-def estimate_case(flags: CaseFlags, convention: str = "megatron",
-                  options: EstimateOptions | None = None) -> tuple[Case, EstimateResult]:
+def estimate_case(flags: CaseFlags, convention: str = "megatron") -> tuple[Case, EstimateResult]:
     """Flags as a user types them -> the resolved case and its estimate (MegapilotError on any bad flag or layout
-    Megatron refuses), under the case's own options unless `options` are given.
+    Megatron refuses), under the case's own options.
 
     Where the layers do not divide over PP x VPP and no split was given, the balanced split is priced (`--pp-layout
     balanced`; `estimate` says so on its assumed line): a published table prints a layout without the split its
@@ -162,8 +161,7 @@ def estimate_case(flags: CaseFlags, convention: str = "megatron",
 
     def priced(typed: CaseFlags) -> tuple[Case, EstimateResult]:
         case = case_from(typed)
-        result = estimate(case.model, case.cluster, case.training, case.parallel,
-                          case.options if options is None else options,
+        result = estimate(case.model, case.cluster, case.training, case.parallel, case.options,
                           convention=convention,  # type: ignore[arg-type]  # checked against FLOP_CONVENTIONS
                           allow_tp_across_nodes=case.allow_tp_across_nodes)
         split = case.parallel.pipeline_split
