@@ -205,6 +205,8 @@ def _assumed_size(name: str, value: int | None, tp: int) -> str:
 def defaults_assumed(flags: CaseFlags, case: Case) -> list[str]:
     """What the estimate took for the flags left out, read back from the resolved case (so it cannot drift
     from `case_from`'s defaults)."""
+    from megapilot.spec.validate import bf16_gradients_would_change
+
     p, given = case.parallel, flags.given()
     dims: list[tuple[str, int | None]] = [("tp", p.tp), ("pp", p.pp), ("vpp", p.vpp), ("cp", p.cp), ("mbs", p.mbs)]
     if case.model.moe is not None:
@@ -214,7 +216,7 @@ def defaults_assumed(flags: CaseFlags, case: Case) -> list[str]:
         assumed.append(f"{case.cluster.gpus_per_node} GPUs per node")
     if "precision" not in given:
         assumed.append(case.training.precision)
-    if "grad_reduce_in_bf16" not in given and case.training.precision != "fp16":
+    if bf16_gradients_would_change(case.training, case.cluster.gpu):
         assumed.append("fp32 gradients (--grad-reduce-in-bf16 for the 16-bit ones NeMo's and Megatron-Bridge's "
                        "recipes run)")
     if "recompute" not in given:

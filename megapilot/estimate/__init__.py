@@ -43,8 +43,8 @@ from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.pipeline import NoPipelineSplit
 from megapilot.spec.plan_file import EstimateResult, MemoryGiB, ParamCounts
-from megapilot.spec.training import FP32_GRAD_BYTES, Optimizer, TrainingSpec
-from megapilot.spec.validate import most_offloaded_layers, validate_layout
+from megapilot.spec.training import Optimizer, TrainingSpec
+from megapilot.spec.validate import bf16_gradients_would_change, most_offloaded_layers, validate_layout
 
 __all__ = [
     "BREAKDOWN_TERMS",
@@ -122,7 +122,7 @@ def estimate_fast(
     time = step_time(model, cluster, training, parallel, options, convention=convention)
     return FastEstimate(memory=memory, time=time, parallel=parallel, convention=convention,
                         optimizer=training.optimizer,
-                        fp32_gradients=training.main_grad_bytes == FP32_GRAD_BYTES and cluster.gpu.vendor != "CPU",
+                        fp32_gradients=bf16_gradients_would_change(training, cluster.gpu),
                         host=host_offload(model, training, parallel, cluster.gpu.host_memory_gib),
                         tp_limit=max(cluster.gpus_per_node, cluster.scaleup_domain_gpus))
 

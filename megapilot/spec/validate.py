@@ -13,11 +13,11 @@ from enum import Enum
 from functools import lru_cache
 
 from megapilot.errors import MegapilotError
-from megapilot.spec.hardware import ClusterSpec
+from megapilot.spec.hardware import ClusterSpec, GPUSpec
 from megapilot.spec.model import HYBRID_MAMBA, MambaSpec, ModelSpec
 from megapilot.spec.parallel import CpCommType, ParallelConfig
 from megapilot.spec.pipeline import DECODER, EMBEDDING, LOSS, MTP, PipelineSplit, PipelineStages
-from megapilot.spec.training import QuantFlavour, TrainingSpec
+from megapilot.spec.training import FP32_GRAD_BYTES, QuantFlavour, TrainingSpec
 
 
 def _divisors(n: int) -> str:
@@ -706,6 +706,12 @@ def _check_precision(cluster: ClusterSpec, training: TrainingSpec) -> None:
     if training.grad_reduce_in_bf16 and cluster.gpu.vendor == "CPU":
         raise MegapilotError("a CPU run trains in fp32 (no --bf16 is written for it), so its gradients are fp32",
                              field="grad_reduce_in_bf16", fix="leave --grad-reduce-in-bf16 out on a CPU")
+
+
+def bf16_gradients_would_change(training: TrainingSpec, gpu: GPUSpec) -> bool:
+    """Whether --grad-reduce-in-bf16 would change this run, so that advice may name it: its gradients are fp32
+    (bf16-class training without the flag) on a GPU (a CPU run trains in fp32 and refuses the flag)."""
+    return training.main_grad_bytes == FP32_GRAD_BYTES and gpu.vendor != "CPU"
 
 
 def _warnings(model: ModelSpec, training: TrainingSpec, p: ParallelConfig) -> list[str]:

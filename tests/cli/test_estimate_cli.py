@@ -175,6 +175,7 @@ def test_bf16_gradients_under_fp16_training_or_on_a_cpu_are_refused_by_field(cli
     for command in ("estimate", "plan"):  # a CPU run trains in fp32
         cpu = cli(command, *tiny)
         assert cpu.exit_code == 2 and "grad_reduce_in_bf16" in cpu.stderr and "on a CPU" in cpu.stderr
+    assert "--grad-reduce-in-bf16" not in cli("estimate", *tiny[:-1]).stderr  # nor named as a default to change
 
 
 def test_batch_table_and_missing_file(cli, tmp_path):
