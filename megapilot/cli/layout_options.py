@@ -216,8 +216,8 @@ class FeatureFlags:
     def case_flags(self) -> dict[str, Any]:
         """The `CaseFlags` keys (None: not given; a switch counts as given when on)."""
         flags = {item.name: getattr(self, item.name) for item in fields(self)}
-        return _switches_given_or_none(flags, ("moe_pad_to_capacity", "mtp_repeated_layer", "moe_a2a_overlap",
-                                               "grad_reduce_in_bf16"))
+        # every switch here is on-only (`_switch`, default False): off means not given
+        return _switches_given_or_none(flags, tuple(item.name for item in fields(self) if item.default is False))
 
     def case_features(self) -> CaseFeatures:
         """The features alone, checked, as the planner applies them to its model (no layout)."""
