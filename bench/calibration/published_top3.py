@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from megapilot.catalog.gpus import get_gpu
 from megapilot.errors import MegapilotError
-from megapilot.estimate import EstimateOptions, estimate
+from megapilot.estimate import estimate
 from megapilot.estimate.published import (
     BF16_GRADIENT_PUBLISHERS,
     PublishedLayout,
@@ -128,10 +128,9 @@ def _variant_top3(by_speed: list[Fit], band_fraction: float, context: LayoutCont
     return shapes
 
 
-def _variants(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
-              options: EstimateOptions) -> list[list[Shape]]:
+def _variants(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> list[list[Shape]]:
     """Each variant's top 3 shapes, from one search with the planner's options and error band."""
-    options = cross_domain_dispatcher(model, cluster, options)[0] or options
+    options = cross_domain_dispatcher(model, cluster, None)[0]
     band = model_error_band(model, cluster, training)
     outcome = search_layouts(model, cluster, training, cost=CostModel(model, cluster, training, options=options),
                              reach=band.fraction)
@@ -219,7 +218,7 @@ def _check(row: PublishedLayout, these: Sequence[Tally]) -> str:
         return f"| {row.id[:60]} | {want} | refused: {str(refusal)[:90]} | no | no | - |"
     got = [_shape(c.parallel.tp, c.parallel.pp, c.parallel.cp, c.parallel.ep, c.parallel.fsdp)
            for c in result.candidates]
-    variants = _variants(model, cluster, training, EstimateOptions())
+    variants = _variants(model, cluster, training)
     hit, speed_hit = want in got, want in variants[1]
     published = _published_tokens_per_s(row)
     regret = None if published is None else \
