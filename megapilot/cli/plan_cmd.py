@@ -106,31 +106,23 @@ def _build_specs(
     model_name: str, inputs: _Inputs, seq_len: int, gbs: int, precision: str, fp8_recipe: str | None = None,
     features: FeatureFlags = NO_FEATURES,
 ) -> _Specs:
-    from pydantic import ValidationError
-
     from megapilot.catalog import resolve_model
     from megapilot.catalog.gpus import cluster_of
-    from megapilot.cli.common import validation_error
+    from megapilot.errors import MegapilotError
     from megapilot.estimate import run_options, with_features
-    from megapilot.estimate.cases import BATCH_FIXES, check_cuda_graphs
-    from megapilot.spec import ParallelConfig, TrainingSpec
+    from megapilot.estimate.cases import build_training, check_cuda_graphs
+    from megapilot.spec import ParallelConfig
 
     given = features.case_features()
     resolved = resolve_model(model_name)
     model = with_features(resolved.spec, given)
     cluster = cluster_of(inputs.gpu, inputs.gpus, inputs.gpus_per_node)
     try:
-        recipe: dict[str, object] = {} if fp8_recipe is None else {"fp8_recipe": fp8_recipe}
-        recipe |= {"optimizer": features.optimizer} if features.optimizer is not None else {}
-        recipe |= {"grad_reduce_in_bf16": True} if features.grad_reduce_in_bf16 else {}
-        training = TrainingSpec(seq_length=seq_len, global_batch_size=gbs, precision=precision, **recipe)  # type: ignore[arg-type]  # TrainingSpec refuses others
-    except ValidationError as exc:
-        names = {"seq_length": "--seq-len", "global_batch_size": "--gbs", "precision": "--precision",
-                 "fp8_recipe": "--fp8-recipe", "optimizer": "--optimizer",
-                 "grad_reduce_in_bf16": "--grad-reduce-in-bf16"}
-        refused = validation_error(exc, flags=names)
-        fix = BATCH_FIXES.get((refused.field or "").removeprefix("--").replace("-", "_"))
-        raise (validation_error(exc, flags=names, fix=fix) if fix else refused) from None
+        training = build_training(seq_len=seq_len, gbs=gbs, precision=precision, fp8_recipe=fp8_recipe,
+                                  optimizer=features.optimizer, grad_reduce_in_bf16=features.grad_reduce_in_bf16)
+    except MegapilotError as exc:  # named by the flag as plan's other refusals are (--seq-len, not seq_len)
+        flag = f"--{exc.field.replace('_', '-')}" if exc.field else None
+        raise MegapilotError(exc.problem, field=flag, fix=exc.fix) from None
     cluster.gpu.check_precision(training.precision, training.fp8_recipe)
     options = run_options(model, given, cluster)
     if options.cuda_graphs is not None:  # what the model refuses, before any layout (the search keeps the rest)

@@ -174,7 +174,9 @@ def case_from(flags: CaseFlags) -> Case:
     model = with_features(_resolve_model(flags.model), flags.features)
     cluster = _resolve_cluster(flags.gpu, flags.gpus, flags.gpus_per_node)
     options = run_options(model, flags.features, cluster)
-    training = _build_training(flags)
+    training = build_training(seq_len=flags.seq_len, gbs=flags.gbs, precision=flags.precision,
+                              fp8_recipe=flags.fp8_recipe, optimizer=flags.optimizer,
+                              grad_reduce_in_bf16=flags.grad_reduce_in_bf16)
     cluster.gpu.check_precision(training.precision, training.fp8_recipe)  # the format and recipe exist on this GPU
     if flags.layout.pipeline_layout == "balanced":
         balanced = _balanced_layout(model, cluster, training, options, flags)
@@ -528,7 +530,7 @@ _LAYOUT_FIXES = {"sequence_parallel": "drop --sequence-parallel, or raise --tp a
 
 
 # What to pass when TrainingSpec refuses a batch past its bounds (a slip of digits), by flag.
-BATCH_FIXES = {
+_BATCH_FIXES = {
     "seq_len": f"pass --seq-len N with N <= {MAX_SEQ_LENGTH:,} tokens",
     "gbs": f"pass --gbs N (sequences a step) with N <= {MAX_GLOBAL_BATCH:,} and N x --seq-len <= "
            f"{MAX_TOKENS_PER_STEP:,} tokens",
@@ -544,26 +546,29 @@ def _recipe_named(typed: str | None) -> str | None:
     return named.fp8_recipe if named is not None and named.precision == "fp8" else None
 
 
-def _build_training(flags: CaseFlags) -> TrainingSpec:
+def build_training(*, seq_len: int, gbs: int, precision: str | None = None, fp8_recipe: str | None = None,
+                   optimizer: str | None = None, grad_reduce_in_bf16: bool | None = None) -> TrainingSpec:
+    """The run's batch, precision and optimizer as the flags give them (None: the module doc's defaults); a value
+    TrainingSpec refuses is a MegapilotError naming the flag by its CaseFlags name, with the fix for that flag."""
     try:
-        chosen: dict[str, Any] = {"precision": _or(flags.precision, "bf16"), "optimizer": _or(flags.optimizer, "adam"),
-                                  "grad_reduce_in_bf16": bool(flags.grad_reduce_in_bf16)}
-        if flags.fp8_recipe is not None:
-            chosen["fp8_recipe"] = flags.fp8_recipe
-        return TrainingSpec(seq_length=flags.seq_len, global_batch_size=flags.gbs, **chosen)  # TrainingSpec checks them
+        chosen: dict[str, Any] = {"precision": _or(precision, "bf16"), "optimizer": _or(optimizer, "adam"),
+                                  "grad_reduce_in_bf16": bool(grad_reduce_in_bf16)}
+        if fp8_recipe is not None:
+            chosen["fp8_recipe"] = fp8_recipe
+        return TrainingSpec(seq_length=seq_len, global_batch_size=gbs, **chosen)  # TrainingSpec checks them
     except ValueError as exc:
         error = from_validation_error(exc)
         flag = {"seq_length": "seq_len", "global_batch_size": "gbs"}.get(error.field or "", error.field)
         recipe_fix = f"with precision fp8 use one of: {', '.join(FP8_RECIPES)}; otherwise drop it"
-        if flags.fp8_recipe in ("mxfp8", "nvfp4"):  # Megatron's --fp8-recipe mxfp8 / --fp4-recipe nvfp4
-            recipe_fix = f"use --precision {flags.fp8_recipe} (the block-scaled format is a precision here)"
-        elif (meant := _recipe_named(flags.fp8_recipe)) is not None:  # the tables' names: FP8-CS, fp8_sc, current
-            recipe_fix = f"use --fp8-recipe {meant} (Megatron's name for {flags.fp8_recipe})"
+        if fp8_recipe in ("mxfp8", "nvfp4"):  # Megatron's --fp8-recipe mxfp8 / --fp4-recipe nvfp4
+            recipe_fix = f"use --precision {fp8_recipe} (the block-scaled format is a precision here)"
+        elif (meant := _recipe_named(fp8_recipe)) is not None:  # the tables' names: FP8-CS, fp8_sc, current
+            recipe_fix = f"use --fp8-recipe {meant} (Megatron's name for {fp8_recipe})"
         fix = {"precision": f"use one of: {', '.join(PRECISIONS)}",
                "fp8_recipe": recipe_fix,
                "optimizer": f"use one of: {', '.join(OPTIMIZERS)}",
                "grad_reduce_in_bf16": "drop --grad-reduce-in-bf16, or train in bf16 (--precision bf16)",
-               **BATCH_FIXES}.get(flag or "", error.fix)
+               **_BATCH_FIXES}.get(flag or "", error.fix)
         raise MegapilotError(error.problem, field=flag, fix=fix) from None
 
 

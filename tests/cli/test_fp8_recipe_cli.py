@@ -46,6 +46,20 @@ def test_plan_takes_the_recipe_and_refuses_it_where_the_gpu_has_no_fp8(cli) -> N
     assert wrong.exit_code == 2 and "fp8-recipe" in wrong.stderr
 
 
+@pytest.mark.parametrize(("extra", "fix"), [
+    (("--precision", "fp8", "--fp8-recipe", "FP8-CS"), "use --fp8-recipe tensorwise"),  # the tables' name
+    (("--gpu", "b200", "--precision", "fp8", "--fp8-recipe", "mxfp8"), "use --precision mxfp8"),
+    (("--precision", "fp16", "--grad-reduce-in-bf16"), "drop --grad-reduce-in-bf16"),
+])
+def test_plan_refuses_the_training_as_estimate_does_by_its_flag(cli, extra: tuple[str, ...], fix: str) -> None:
+    base = ("--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "8", "--gbs", "64", "--seq-len", "4096")
+    planned = cli("plan", *base, *extra)
+    estimated = cli("estimate", *base, "--tp", "1", *extra)
+    assert planned.exit_code == estimated.exit_code == 2, (planned.stdout, estimated.stdout)
+    assert fix in planned.stderr and fix in estimated.stderr
+    assert planned.stderr.startswith("error: --"), planned.stderr  # plan names the flag as typed
+
+
 def test_batch_lines_take_the_fp8_recipe_key(cli, tmp_path: Path) -> None:
     line = {"model": "llama3.1-8b", "gpu": "h100", "gpus": 8, "tp": 2, "gbs": 64, "seq_len": 4096,
             "precision": "fp8"}
