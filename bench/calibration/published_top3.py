@@ -98,8 +98,10 @@ FSDP_ON_RACKS = tuple(replace(rule, penalty=_fsdp_on_rack_scale_nvlink) if rule.
 VARIANTS: tuple[tuple[str, tuple[Preference, ...], bool], ...] = (
     ("the planner's rules", PREFERENCES, True),
     ("no tie-break (speed alone)", (), True),
+    ("without the lighter-recompute rule (full recompute tied with the rest)",
+     tuple(r for r in PREFERENCES if r.name != "lighter recompute"), True),
     ("the previous round's rules (smaller TP×PP, then smaller TP; no headroom, no exotic flags)",
-     tuple(r for r in PREFERENCES if r.name not in ("memory headroom", "fewer exotic flags"))
+     tuple(r for r in PREFERENCES if r.name not in ("memory headroom", "fewer exotic flags", "lighter recompute"))
      + (SMALLER_GROUP, SMALLER_TP), True),
     ("+ smaller TP×PP, then smaller TP, after the headroom", PREFERENCES + (SMALLER_GROUP, SMALLER_TP), True),
     ("without the headroom rule", WITHOUT_HEADROOM, True),

@@ -109,6 +109,10 @@ def _dimensions_in_use(fit: Fit, ctx: LayoutContext) -> float:
     return float(sum(size > 1 for size in (p.tp, p.pp, p.cp)))
 
 
+def _full_recompute(fit: Fit, ctx: LayoutContext) -> float:
+    return float(fit.parallel.recompute == "full")
+
+
 def _context_parallel(fit: Fit, ctx: LayoutContext) -> float:
     return _log2(fit.parallel.cp)
 
@@ -132,8 +136,9 @@ def variant_penalty(p: ParallelConfig, est: EstimateResult) -> tuple[int, int]:
 
 # First rule first; each later rule only orders layouts the earlier ones tie. The optimizer and EP choices come
 # first because the recipes make them by one fixed rule whatever the model's size; then the flags few recipes run;
-# then how many communicating dimensions a layout uses, and CP, the one the recipes add only for memory; then
-# whether the layout leaves the memory the estimate's own error needs. What is still tied goes by predicted speed.
+# then full recompute, which the recipes leave for when nothing else fits; then how many communicating dimensions a
+# layout uses, and CP, the one the recipes add only for memory; then whether the layout leaves the memory the
+# estimate's own error needs. What is still tied goes by predicted speed.
 PREFERENCES: tuple[Preference, ...] = (
     Preference(
         "distributed optimizer", "the distributed optimizer over Megatron-FSDP",
@@ -153,6 +158,12 @@ PREFERENCES: tuple[Preference, ...] = (
         "code path less exercised at scale (offload also leans on host memory the plan does not see), so "
         "they are worth it only when the prediction says so beyond its own error",
         _exotic_flags),
+    Preference(
+        "lighter recompute", "selective or no recompute over full recompute",
+        "full recompute reruns every recomputed layer's whole forward in the backward (about a third more "
+        "compute, a cost the estimate knows well, unlike its absolute error), and the recent performance "
+        "recipes reach for pipeline stages or a selective module list before it",
+        _full_recompute),
     Preference(
         "fewer parallel dimensions", "fewer communication-heavy dimensions (TP, PP, CP)",
         "each dimension in use puts its own communication on the critical path (TP collectives in every "

@@ -63,6 +63,7 @@ DECISIONS = [
      _layout(tp=2, recompute="none", cpu_offloading_num_layers=4), (0.5, 0.5)),
     ("fewer exotic flags", DENSE_ON_H100, _layout(tp=2, pp=4, account_for_loss=True, account_for_embedding=True),
      _layout(tp=2, pp=4, first_stage_layers=7, last_stage_layers=7), (0.5, 0.5)),
+    ("lighter recompute", DENSE_ON_H100, _layout(tp=2, pp=2), _layout(tp=2, recompute="full"), (0.5, 0.5)),
     ("fewer parallel dimensions", DENSE_ON_H100, _layout(tp=8), _layout(tp=2, pp=2), (0.5, 0.5)),
     ("context parallelism", DENSE_ON_H100, _layout(tp=2, pp=2), _layout(cp=2, pp=2), (0.5, 0.5)),
     ("memory headroom", DENSE_ON_H100, _layout(tp=4, pp=8), _layout(tp=8, pp=4), (0.2, 0.03)),
