@@ -205,7 +205,7 @@ def _assumed_size(name: str, value: int | None, tp: int) -> str:
 def defaults_assumed(flags: CaseFlags, case: Case) -> list[str]:
     """What the estimate took for the flags left out, read back from the resolved case (so it cannot drift
     from `case_from`'s defaults)."""
-    from megapilot.spec.validate import bf16_gradients_would_change
+    from megapilot.spec.validate import FP32_GRADIENTS_ASSUMED, bf16_gradients_would_change
 
     p, given = case.parallel, flags.given()
     dims: list[tuple[str, int | None]] = [("tp", p.tp), ("pp", p.pp), ("vpp", p.vpp), ("cp", p.cp), ("mbs", p.mbs)]
@@ -217,8 +217,7 @@ def defaults_assumed(flags: CaseFlags, case: Case) -> list[str]:
     if "precision" not in given:
         assumed.append(case.training.precision)
     if bf16_gradients_would_change(case.training, case.cluster.gpu):
-        assumed.append("fp32 gradients (--grad-reduce-in-bf16 for the 16-bit ones NeMo's and Megatron-Bridge's "
-                       "recipes run)")
+        assumed.append(FP32_GRADIENTS_ASSUMED)
     if "recompute" not in given:
         assumed.append("no recompute" if p.recompute == "none" else f"{p.recompute} recompute")
     if "sequence_parallel" not in given and p.tp > 1:

@@ -708,6 +708,12 @@ def _check_precision(cluster: ClusterSpec, training: TrainingSpec) -> None:
                              field="grad_reduce_in_bf16", fix="leave --grad-reduce-in-bf16 out on a CPU")
 
 
+# What estimate and plan say they took where bf16_gradients_would_change: Megatron's fp32 gradients, against the
+# 16-bit ones the NeMo / Megatron-Bridge recipes run (their published figures assume them).
+FP32_GRADIENTS_ASSUMED = ("fp32 gradients (--grad-reduce-in-bf16 for the 16-bit ones NeMo's and Megatron-Bridge's "
+                          "recipes run)")
+
+
 def bf16_gradients_would_change(training: TrainingSpec, gpu: GPUSpec) -> bool:
     """Whether --grad-reduce-in-bf16 would change this run, so that advice may name it: its gradients are fp32
     (bf16-class training without the flag) on a GPU (a CPU run trains in fp32 and refuses the flag)."""

@@ -12,6 +12,7 @@ from megapilot.errors import MegapilotError
 from megapilot.plan import Pins
 from megapilot.spec import SavedPlan
 from megapilot.spec.parallel import Recompute
+from megapilot.spec.validate import FP32_GRADIENTS_ASSUMED
 
 SMALL = ("plan", "--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "16", "--seq-len", "4096", "--gbs", "128")
 
@@ -154,9 +155,19 @@ def test_plan_states_the_defaults_it_assumed_on_one_line(cli):
     lines = [line for line in assumed.stderr.splitlines() if line.startswith("assumed:")]
     assert assumed.exit_code == 0 and len(lines) == 1
     assert "seq-len 4096 (default)" in lines[0] and "GBS 1024 (default)" in lines[0] and "bf16" in lines[0]
-    given = cli("plan", "--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "8", "--top", "1", "--seq-len", "4096",
-                "--gbs", "1024", "--precision", "bf16", "--json")
-    assert given.json()["defaults"] == []  # the same values, given: nothing was assumed
+    given = ("plan", "--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "8", "--top", "1", "--seq-len", "4096",
+             "--gbs", "1024", "--precision", "bf16", "--json")
+    assert cli(*given, "--grad-reduce-in-bf16").json()["defaults"] == []  # all given: nothing was assumed
+    # the gradients' precision left out is Megatron's fp32, said as estimate says it
+    assert cli(*given).json()["defaults"] == [FP32_GRADIENTS_ASSUMED]
+
+
+def test_plan_says_fp32_gradients_only_where_the_flag_would_change_the_run(cli):
+    cpu = cli("plan", "--model", "tiny", "--gpu", "cpu", "--gpus", "2", "--seq-len", "128", "--gbs", "16", "--json")
+    fp16 = cli("plan", "--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "8", "--precision", "fp16", "--json")
+    for planned in (cpu, fp16):  # a CPU trains in fp32 and refuses the flag; fp16 keeps fp16 gradients
+        assert planned.exit_code == 0, planned.stderr
+        assert FP32_GRADIENTS_ASSUMED not in planned.json()["defaults"]
 
 
 def test_an_error_about_a_default_value_says_it_was_the_default(cli):
