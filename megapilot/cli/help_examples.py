@@ -117,6 +117,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "megapilot history record runs/suite/20261205-031500-ab12",
         "megapilot history record runs/suite/20261205-031500-ab12 --db postgresql://megapilot@db/history",
     ),
+    "history salvage": (
+        "megapilot history salvage ~/.local/share/megapilot/history.sqlite",
+        "megapilot history salvage history.sqlite --output history-salvaged.sqlite --json",
+    ),
     "data prepare": (
         "megapilot data prepare docs.jsonl --output-prefix /data/mydocs",
         "megapilot data prepare book.txt.gz --output-prefix /data/book --json",

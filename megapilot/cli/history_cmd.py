@@ -1,4 +1,4 @@
-"""`megapilot history list|show|compare|calibration|import|record`: the run history that `megapilot suite run` records.
+"""`megapilot history list|show|compare|calibration|import|record|salvage`: the runs `megapilot suite run` records.
 
 `history import FILE...` adds measured runs from outside (JSON list or JSON Lines of `estimate --batch` cases with
 `"measured"`, `"cluster"`, optional `"software"`; megapilot's and CVS's run decks) to a cluster's history: the
@@ -6,7 +6,8 @@ calibration `estimate --cluster`, `plan --cluster` and `suite run` use. `history
 the corrections fitted on its runs and the held-out error with and without them.
 
 `history record RUN_DIR` writes a suite run's row that could not reach the history when it ended (queued in
-`RUN_DIR/history-pending.json`).
+`RUN_DIR/history-pending.json`). `history salvage PATH` copies what a damaged SQLite history still holds into
+PATH.recovered (megapilot.store.salvage).
 
 The database is `--db` (a SQLite path or a postgresql:// URL), else $MEGAPILOT_HISTORY, else the SQLite
 file in the user data dir. The commands that only read (list, show, compare, calibration) open it read-only and
@@ -241,6 +242,40 @@ def import_runs(
                       highlight=False)
     if refusals and not written.kept:
         raise typer.Exit(2)
+
+
+@history_app.command("salvage")
+def salvage(
+    path: Annotated[Path, typer.Argument(help="The damaged SQLite history (the file the error named).",
+                                         show_default=False)],
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Where the salvaged history goes "
+                                                                       "(default: PATH.recovered).")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Copy the rows still readable from a damaged SQLite history into a new file (the damaged one is only read)."""
+    from megapilot.store.salvage import salvage_history
+
+    done = salvage_history(path, output)
+    if as_json:
+        emit_json({"source": str(done.source), "target": str(done.target), "copied": done.copied,
+                   "lost": done.lost, "rebuilt_versions": done.rebuilt_versions,
+                   "tables": [{"table": t.table, "copied": t.copied, "unreadable": t.unreadable,
+                               "orphans": t.orphans} for t in done.tables]})
+        return
+    from rich.table import Table
+
+    table = Table(title=f"salvaged {done.source} -> {done.target}")
+    for column in ("table", "rows copied", "unreadable", "dropped with their lost run"):
+        table.add_column(column, justify="left" if column == "table" else "right")
+    for t in done.tables:
+        unreadable = "all (its pages cannot be reached)" if t.unreadable is None else f"{t.unreadable:,}"
+        table.add_row(t.table, f"{t.copied:,}", unreadable, f"{t.orphans:,}")
+    console.print(table)
+    if done.rebuilt_versions:
+        console.print("the schema version rows were lost: rebuilt from the tables the schema holds", markup=False,
+                      highlight=False)
+    console.print(f"use it with --db {done.target} (or move {done.source} aside and this file into its place)",
+                  markup=False, highlight=False, soft_wrap=True)
 
 
 def _cluster_json(cluster: str, groups: list[GroupFit]) -> dict[str, object]:

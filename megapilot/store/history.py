@@ -333,12 +333,12 @@ def _refuse_damaged(connection: sqlite3.Connection, location: str) -> None:
 
 
 def _damaged(location: str, detail: str) -> MegapilotError:
-    # .recover prints SQL: piped into a new file it makes the salvaged history (the path quoted for the shell)
-    damaged, salvaged = shlex.quote(location), shlex.quote(f"{location}.recovered")
+    # the salvage is megapilot's own: the sqlite3 shell's .recover needs sqlite_dbpage, which common builds leave
+    # out (megapilot.store.salvage); the path quoted for the shell
     return MegapilotError(f"{location} is damaged ({detail})", field="--db",
-                          fix=f"move it aside (a new history then starts at that path) or restore it from a backup; "
-                              f"`sqlite3 {damaged} .recover | sqlite3 {salvaged}` salvages the rows still readable "
-                              "into a new file")
+                          fix=f"`megapilot history salvage {shlex.quote(location)}` copies the rows still readable "
+                              f"into {location}.recovered; or move it aside (a new history then starts at that "
+                              "path), or restore it from a backup")
 
 
 def _sqlite_problem(location: str, exc: BaseException, path: Path | None = None) -> MegapilotError:

@@ -439,3 +439,19 @@ def test_reading_the_history_loads_no_suite_result_or_estimator(db, args):
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
                             timeout=60).stdout.split()
     assert [m for m in loaded if m.startswith(HISTORY_READS_WITHOUT)] == []
+
+
+def test_history_salvage_writes_a_history_says_what_it_lost_and_never_overwrites(cli, tmp_path):
+    path = tmp_path / "history.sqlite"
+    write_damaged_history(path)
+    done = cli("history", "salvage", str(path), "--json")
+    assert done.exit_code == 0, done.stderr
+    report = done.json()
+    assert report["target"] == f"{path}.recovered" and report["lost"] > 0
+    assert next(t for t in report["tables"] if t["table"] == "runs")["unreadable"] is None  # its one page is gone
+    listed = cli("history", "list", "--db", report["target"])
+    assert listed.exit_code == 0 and "no runs in" in listed.stdout
+    again = cli("history", "salvage", str(path))
+    assert again.exit_code == 2 and "--output" in again.stderr and "Traceback" not in again.stderr
+    missing = cli("history", "salvage", str(tmp_path / "none.sqlite"))
+    assert missing.exit_code == 2 and "PATH" in missing.stderr
