@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,7 +69,7 @@ def salvage_history(source: Path, target: Path | None = None) -> Salvage:
     partial = target.with_name(target.name + ".partial")
     partial.unlink(missing_ok=True)
     try:
-        with _read_only(source) as damaged:
+        with closing(sqlite3.connect(f"{source.resolve().as_uri()}?mode=ro", uri=True)) as damaged:  # only read
             schema = _schema(damaged, source)
             salvaged = sqlite3.connect(partial)
             try:
@@ -81,6 +82,10 @@ def salvage_history(source: Path, target: Path | None = None) -> Salvage:
             raise MegapilotError(f"the salvaged copy fails SQLite's check: {problems[0]}", field="PATH",
                                  fix="restore the history from a backup")
         partial.rename(target)
+    except (sqlite3.Error, OSError) as exc:  # the copy's folder unwritable or full, the source unreadable
+        partial.unlink(missing_ok=True)
+        raise MegapilotError(f"the salvage stopped: {exc}", field="--output",
+                             fix="give --output a path on a disk with room that this user can write") from None
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
@@ -96,20 +101,6 @@ def _copy(damaged: sqlite3.Connection, salvaged: sqlite3.Connection,
     for sql in (sql for kind, _, sql in schema if kind == "index"):
         salvaged.execute(sql)
     return tables, _rebuild_versions(salvaged, {name for kind, name, _ in schema if kind == "table"})
-
-
-class _read_only:
-    """The damaged file opened read-only (its -wal read too, nothing written), closed on leaving."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def __enter__(self) -> sqlite3.Connection:
-        self.connection = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
-        return self.connection
-
-    def __exit__(self, *exc: object) -> None:
-        self.connection.close()
 
 
 def _schema(damaged: sqlite3.Connection, source: Path) -> list[tuple[str, str, str]]:

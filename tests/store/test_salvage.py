@@ -97,4 +97,7 @@ def test_nothing_is_overwritten_and_nothing_half_written_is_left(tmp_path):
     with pytest.raises(MegapilotError) as refused:
         salvage_history(not_a_database)
     assert refused.value.field == "PATH" and "backup" in (refused.value.fix or "")
+    with pytest.raises(MegapilotError) as unwritable:  # a folder that is not there: said, not a traceback
+        salvage_history(path, tmp_path / "no such folder" / "history.sqlite")
+    assert unwritable.value.field == "--output"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name, target.name, not_a_database.name])
