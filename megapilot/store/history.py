@@ -37,6 +37,7 @@ from megapilot.errors import MegapilotError
 from megapilot.files import free_bytes, human_size
 from megapilot.store import measured as measured_runs
 from megapilot.store.regress import METRICS, Change, change_pct, combo_layout, judge, metric_info
+from megapilot.store.salvage import SALVAGED_SUFFIX
 from megapilot.store.schema import Database, apply_migrations, needs_migration, schema_version
 from megapilot.suite.metric_table import measured_quantity, measured_value, zero_unmeasured_metrics
 from megapilot.suite.verdicts import RunStatus, Verdict
@@ -337,7 +338,7 @@ def _damaged(location: str, detail: str) -> MegapilotError:
     # out (megapilot.store.salvage); the path quoted for the shell
     return MegapilotError(f"{location} is damaged ({detail})", field="--db",
                           fix=f"`megapilot history salvage {shlex.quote(location)}` copies the rows still readable "
-                              f"into {location}.recovered; or move it aside (a new history then starts at that "
+                              f"into {location}{SALVAGED_SUFFIX}; or move it aside (a new history then starts at that "
                               "path), or restore it from a backup")
 
 
