@@ -20,13 +20,20 @@ from megapilot.diagnose.flags import RunConfig
 from megapilot.diagnose.layout_flags import rendered_launch
 from megapilot.diagnose.megatron_version import recognise_megatron_version
 from megapilot.diagnose.mismatch import log_mismatches, mismatch_finding
-from megapilot.diagnose.options import LayoutOption, current_prediction, proposed_layout, throughput_options
+from megapilot.diagnose.options import (
+    LayoutOption,
+    current_prediction,
+    flex_flags,
+    proposed_layout,
+    throughput_options,
+)
 from megapilot.diagnose.predict import refusal
 from megapilot.diagnose.release_names import fixes_in_release, release_note
 from megapilot.errors import MegapilotError
 from megapilot.logs import ParsedLog
 from megapilot.plan import plan
 from megapilot.plan.reasons import layout_label
+from megapilot.plan.search import Candidate
 from megapilot.spec import ParallelConfig
 
 
@@ -86,14 +93,15 @@ class OptimizeReport:
         }
 
 
-def _planner_best(config: RunConfig) -> ParallelConfig | None:
-    """The planner's best layout for the same model, GPUs and batch; None when it finds none."""
+def _planner_best(config: RunConfig) -> Candidate | None:
+    """The planner's best layout for the same model, GPUs and batch, with the dispatcher it was priced with; None
+    when it finds none."""
     assert config.model and config.cluster and config.training
     try:
         result = plan(config.model, config.cluster, config.training, top=1)
     except MegapilotError:
         return None
-    return result.best.parallel
+    return result.best
 
 
 def optimize(config: RunConfig, *, log: ParsedLog | None = None,
@@ -140,8 +148,12 @@ def optimize(config: RunConfig, *, log: ParsedLog | None = None,
     if best is None:
         report.notes.append("the planner found no layout: no best-layout comparison")
     else:
-        report.best_layout = layout_label(best)
-        option = proposed_layout(config, f"planner's best: {report.best_layout}", best)
+        report.best_layout = layout_label(best.parallel)
+        # the flags of the dispatcher the planner priced it with (its expert group leaves the NVLink domain), so
+        # that the proposal is priced, and runs, as the planner ranked it
+        backend = best.moe_flex_dispatcher
+        dispatcher = flex_flags(config.flags, backend, best.parallel.ep) if backend else ()
+        option = proposed_layout(config, f"planner's best: {report.best_layout}", best.parallel, extra=dispatcher)
         if option is not None and option.prediction is not None and option.prediction.tokens_per_s_per_gpu:
             report.best_tokens_per_s_per_gpu = option.prediction.tokens_per_s_per_gpu / scale
         if option is not None and option.changes:

@@ -19,10 +19,16 @@ from megapilot.diagnose.flags import LaunchFlags, RunConfig, apply_fixes, cuda_g
 from megapilot.diagnose.layout_flags import layout_flag_changes
 from megapilot.diagnose.predict import predict
 from megapilot.errors import MegapilotError
-from megapilot.estimate.moe_terms import a2a_overlap_runs
+from megapilot.estimate.cases import cross_domain_flex_backend
+from megapilot.estimate.moe_terms import a2a_overlap_runs, ep_leaves_domain
 from megapilot.spec import ParallelConfig, Prediction, TrainingSpec, validate_layout
 from megapilot.spec.cuda_graphs import CudaGraphs, cuda_graph_refusal
-from megapilot.spec.validate import check_optimizer, light_recompute_modules, most_offloaded_layers
+from megapilot.spec.validate import (
+    check_optimizer,
+    flex_dispatcher_refusal,
+    light_recompute_modules,
+    most_offloaded_layers,
+)
 
 
 @dataclass(frozen=True)
@@ -294,6 +300,7 @@ def _overlap_options(config: RunConfig) -> Iterator[LayoutOption | None]:
                 change(flags, "--overlap-moe-expert-parallel-comm", None,
                        "run one micro-batch's expert all-to-all under another's compute"),
                 change(flags, "--delay-wgrad-compute", None, "the weight gradients wait to make room")))
+        yield _flex_dispatcher_option(config)
         if flags.get("--moe-token-dispatcher-type") not in ("alltoall", "flex"):  # Megatron's default: allgather
             yield proposed_layout(config, "all-to-all token dispatcher", p, modelled=False, extra=(change(
                 flags, "--moe-token-dispatcher-type", "alltoall",
@@ -302,6 +309,32 @@ def _overlap_options(config: RunConfig) -> Iterator[LayoutOption | None]:
             yield proposed_layout(config, "grouped GEMM for experts", p, modelled=False, extra=(change(
                 flags, "--moe-grouped-gemm", None, "one grouped GEMM for the local experts instead of a loop"),))
     yield _cuda_graphs_option(config)
+
+
+def _flex_dispatcher_option(config: RunConfig) -> LayoutOption | None:
+    """The flex dispatcher where the expert group leaves the NVLink domain and the launch dispatches otherwise: a
+    token crosses to each remote domain once and fans out over NVLink there, instead of one copy per remote expert
+    (Megatron-Core's MoE guide pairs cross-node expert parallelism with it; `plan` prices such layouts so, and the
+    25.09 DeepSeek-V3 recipe on 1,024 H100 ran DeepEP). Priced: the estimate reads the dispatcher from the flags.
+    None inside the domain, where the backend that runs here is not known to beat alltoall, or where none runs."""
+    flags, p, model, cluster = config.flags, config.parallel, config.model, config.cluster
+    assert p is not None and model is not None
+    if (flags.get("--moe-token-dispatcher-type") == "flex" or cluster is None or not ep_leaves_domain(cluster, p)
+            or flex_dispatcher_refusal(p) is not None):
+        return None
+    backend = cross_domain_flex_backend(model, cluster)
+    if backend is None:
+        return None
+    return proposed_layout(config, f"flex token dispatcher ({backend})", p, extra=flex_flags(flags, backend, p.ep))
+
+
+def flex_flags(flags: LaunchFlags, backend: str, ep: int) -> tuple[Fix, Fix]:
+    """The two flags that put the MoE tokens through the flex dispatcher's `backend`."""
+    return (change(flags, "--moe-token-dispatcher-type", "flex",
+                   f"EP {ep} leaves the NVLink domain: each token crosses to a remote domain once, then fans out "
+                   "over NVLink, instead of one copy per remote expert"),
+            change(flags, "--moe-flex-dispatcher-backend", backend, f"the fused {backend} all-to-all (the library "
+                   "must be in the image)"))
 
 
 # The graphs the later Megatron-Bridge recipes run, most captured first: a dense model's whole iteration (Llama 3),

@@ -251,3 +251,21 @@ def test_cuda_graphs_are_offered_as_the_recipes_run_them_where_megatron_allows_a
     assert padded is not None and padded.label == "CUDA graphs (transformer_engine over attn, moe_router)"
     assert graphs_option(LLAMA3_8B + " --cuda-graph-impl transformer_engine --cuda-graph-scope attn")[0] is None
     assert graphs_option(LLAMA3_8B, gpu="mi300x")[0] is None  # CUDA graphs are NVIDIA's
+
+
+def test_the_flex_dispatcher_is_offered_where_the_expert_group_leaves_the_nvlink_domain():
+    """EP 16 over two 8-GPU H100 nodes: DeepEP sends a token to the other node once and fans it out over NVLink
+    there, where alltoall sends one copy per remote expert; the estimate prices the dispatcher the flags name, so
+    the option is predicted faster. Inside one node, on AMD GPUs (no backend) and under flex already: not offered."""
+    wide = MIXTRAL.replace("--num-experts 8", "--num-experts 16").replace(
+        "--expert-model-parallel-size 8", "--expert-model-parallel-size 16") + " --moe-token-dispatcher-type alltoall"
+    options = {o.label: o for o in throughput_options(_config(wide, gpus=16))}
+    flex = options["flex token dispatcher (deepep)"]
+    assert [(c.action, c.flag, c.value) for c in flex.changes] == [
+        ("set", "--moe-token-dispatcher-type", "flex"), ("add", "--moe-flex-dispatcher-backend", "deepep")]
+    assert flex.modelled and flex.parallel == _config(wide, gpus=16).parallel
+    assert flex.prediction.tokens_per_s_per_gpu > current_prediction(_config(wide, gpus=16)).tokens_per_s_per_gpu
+    in_node = MIXTRAL + " --moe-token-dispatcher-type alltoall"
+    for config in (_config(in_node), _config(wide, gpus=16, gpu="mi300x"),
+                   _config(wide.replace("dispatcher-type alltoall", "dispatcher-type flex"), gpus=16)):
+        assert not any(o.label.startswith("flex") for o in throughput_options(config))
