@@ -36,6 +36,7 @@ from megapilot.diagnose.findings import Fix
 from megapilot.diagnose.shell_words import ScriptWords, script_words
 from megapilot.errors import MegapilotError, from_validation_error
 from megapilot.estimate import EstimateOptions
+from megapilot.launch.flags import quant_flavour_of_flags
 from megapilot.launch.hybrid_split import segments_virtual_stages
 from megapilot.launch.megatron_args import committed_tables, pinned_flags
 from megapilot.launch.torchrun import EMBEDDED_TRAINER_MODULE
@@ -57,7 +58,7 @@ from megapilot.spec.model import (
 )
 from megapilot.spec.parallel import RECOMPUTE_MODULES
 from megapilot.spec.pipeline import DECODER, EMBEDDING, LOSS, MTP, compress_layout
-from megapilot.spec.training import OPTIMIZERS, Optimizer, Precision
+from megapilot.spec.training import DEFAULT_FP8_RECIPE, OPTIMIZERS, Fp8Recipe, Optimizer, Precision
 from megapilot.spec.validate import most_offloaded_layers
 from megapilot.vocabulary import TERMS, default, float_default, int_default, term
 
@@ -74,7 +75,6 @@ _LOAD_BALANCING: dict[str, LoadBalancing] = {name: name for name in get_args(Loa
 _ROUTER_DTYPES: dict[str, RouterDtype] = {name: name for name in get_args(RouterDtype)}
 _POSITION_EMBEDDINGS: dict[str, PositionEmbedding] = {name: name for name in get_args(PositionEmbedding)}
 _SOFTMAX_TYPES: dict[str, SoftmaxType] = {name: name for name in get_args(SoftmaxType)}
-_FLAG_PRECISIONS: dict[str, Precision] = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8"}  # what _precision reads
 # Megatron-FSDP's switch; Megatron-LM before core_v0.14 called it --use-custom-fsdp.
 FSDP_SWITCHES = ("--use-megatron-fsdp", "--use-custom-fsdp")
 # Flags whose several values are read (the others keep their first value): the list of recompute modules.
@@ -421,7 +421,7 @@ class RunConfig:
     model: ModelSpec | None
     training: TrainingSpec | None
     parallel: ParallelConfig | None
-    precision_flag: str  # what the flags ask for: fp32 | fp16 | bf16 | fp8
+    precision_flag: str  # what the flags ask for: fp32 | fp16 | bf16 | fp8 | fp4
     notes: list[str] = field(default_factory=list)
     world_size_assumed: bool = False  # neither --gpus nor the launcher said it: TP x PP x CP, or a node's GPUs, taken
 
@@ -459,6 +459,8 @@ class RunConfig:
 
 
 def _precision(flags: LaunchFlags) -> str:
+    if flags.has("--fp4-format"):
+        return "fp4"
     if flags.has("--fp8-format") or flags.has("--fp8"):
         return "fp8"
     if flags.has("--bf16"):
@@ -926,9 +928,9 @@ def _training(flags: LaunchFlags, precision: str, parallel: ParallelConfig | Non
     warmup = flags.get_int("--lr-warmup-iters", minimum=0)
     if warmup is None and flags.get_float("--lr-warmup-fraction"):
         warmup = int(train_iters * (flags.get_float("--lr-warmup-fraction") or 0))
+    gemm_precision, fp8_recipe = _gemm_precision(flags, precision, notes)
     return TrainingSpec(
-        seq_length=seq, global_batch_size=gbs,
-        precision=_FLAG_PRECISIONS.get(precision, "bf16"),
+        seq_length=seq, global_batch_size=gbs, precision=gemm_precision, fp8_recipe=fp8_recipe,
         train_iters=train_iters, lr=flags.get_float("--lr", 3e-4) or 3e-4,
         min_lr=_megatron_float(flags, "--min-lr"), lr_warmup_iters=warmup or 0,
         clip_grad=flags.get_float("--clip-grad", float_default("--clip-grad")) or 0.0,
@@ -936,6 +938,22 @@ def _training(flags: LaunchFlags, precision: str, parallel: ParallelConfig | Non
         optimizer=_optimizer(flags, notes),
         grad_reduce_in_bf16=flags.has("--grad-reduce-in-bf16") and flags.has("--bf16"),  # Megatron reads it so
     )
+
+
+def _gemm_precision(flags: LaunchFlags, precision: str, notes: list[str]) -> tuple[Precision, Fp8Recipe]:
+    """The GEMM precision and FP8 recipe the flags run (`launch.flags.quant_flavour_of_flags`, Megatron's default
+    recipe where a script names the format alone); fp32 runs are priced as bf16, as before."""
+    flavour = quant_flavour_of_flags(flags.get("--fp8-format") or ("hybrid" if flags.has("--fp8") else None),
+                                     flags.get("--fp8-recipe"), flags.get("--fp4-format"), flags.get("--fp4-recipe"))
+    if flavour == "custom":  # a quantisation recipe factory of the user's own: the estimate cannot know its scaling
+        notes.append(f"--{precision}-recipe custom is not modelled: priced as "
+                     + ("NVFP4" if precision == "fp4" else "FP8 with per-tensor current scaling"))
+        flavour = "nvfp4" if precision == "fp4" else "fp8-tensorwise"
+    if flavour is None:
+        return ("fp16" if precision == "fp16" else "bf16"), DEFAULT_FP8_RECIPE
+    if flavour.startswith("fp8-"):
+        return "fp8", flavour.removeprefix("fp8-")  # type: ignore[return-value]  # delayed/tensorwise/blockwise
+    return flavour, DEFAULT_FP8_RECIPE  # type: ignore[return-value]  # mxfp8 / nvfp4: precisions themselves
 
 
 def _optimizer(flags: LaunchFlags, notes: list[str]) -> Optimizer:

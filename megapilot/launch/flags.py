@@ -260,6 +260,25 @@ MEGATRON_QUANT_FLAGS: dict[str, tuple[str, ...]] = {
     "mxfp8": ("--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"),
     "nvfp4": ("--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"),
 }
+# What Megatron-LM runs for a format flag given without its recipe (TransformerConfig's defaults, core_v0.16.0).
+MEGATRON_FP8_RECIPE_DEFAULT = "delayed"
+MEGATRON_FP4_RECIPE_DEFAULT = "nvfp4"
+
+
+def quant_flavour_of_flags(fp8_format: str | None, fp8_recipe: str | None, fp4_format: str | None,
+                           fp4_recipe: str | None) -> str | None:
+    """The quantised-GEMM flavour a script's --fp8-format / --fp8-recipe / --fp4-format / --fp4-recipe run (the
+    inverse of MEGATRON_QUANT_FLAGS, a recipe left out being Megatron's default): fp8-delayed, fp8-tensorwise,
+    fp8-blockwise, mxfp8 or nvfp4; `custom` for a recipe of the user's own; None without a format flag."""
+    if fp4_format is not None:
+        recipe = fp4_recipe or MEGATRON_FP4_RECIPE_DEFAULT
+        return recipe if recipe != "custom" else "custom"
+    if fp8_format is None:
+        return None
+    recipe = fp8_recipe or MEGATRON_FP8_RECIPE_DEFAULT
+    return recipe if recipe in ("mxfp8", "custom") else f"fp8-{recipe}"
+
+
 # Flavours whose GEMMs on AMD Instinct run only in Primus-Turbo's kernels, not in Transformer Engine on ROCm.
 PRIMUS_ONLY_ON_AMD = frozenset({"fp8-blockwise", "mxfp4"})
 

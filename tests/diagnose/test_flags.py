@@ -165,6 +165,21 @@ def test_the_optimizer_reads_back_and_an_unmodelled_one_is_said():
     assert lion.training.optimizer == "adam" and any("--optimizer lion is not modelled" in n for n in lion.notes)
 
 
+def test_the_gemm_precision_reads_back_with_megatrons_default_recipe_and_a_custom_one_is_said():
+    dense = ("--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 --global-batch-size 8 "
+             "--bf16")
+    read = {extra: run_config(read_flags(flags=f"{dense} {extra}")) for extra in (
+        "", "--fp8-format hybrid", "--fp8-format e4m3 --fp8-recipe mxfp8", "--fp4-format e2m1",
+        "--fp8-format hybrid --fp8-recipe custom")}
+    assert {extra: (c.training.precision, c.training.fp8_recipe) for extra, c in read.items()} == {
+        "": ("bf16", "tensorwise"), "--fp8-format hybrid": ("fp8", "delayed"),
+        "--fp8-format e4m3 --fp8-recipe mxfp8": ("mxfp8", "tensorwise"), "--fp4-format e2m1": ("nvfp4", "tensorwise"),
+        "--fp8-format hybrid --fp8-recipe custom": ("fp8", "tensorwise")}
+    custom = read["--fp8-format hybrid --fp8-recipe custom"]
+    assert any("--fp8-recipe custom is not modelled" in note for note in custom.notes)
+    assert read["--fp4-format e2m1"].precision_flag == "fp4"
+
+
 def test_bf16_gradients_read_back_only_under_bf16_as_megatron_reads_them():
     dense = "--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 --global-batch-size 8"
     assert run_config(read_flags(flags=dense + " --bf16 --grad-reduce-in-bf16")).training.grad_reduce_in_bf16

@@ -6,8 +6,10 @@ import pytest
 import yaml
 
 from megapilot.catalog.gpus import get_gpu
+from megapilot.diagnose.flags import read_flags, run_config
 from megapilot.errors import MegapilotError
 from megapilot.launch import LaunchOptions, check_megatron_args, render_launch, render_megatron_args
+from megapilot.launch.flags import quant_flavour_of_flags
 from megapilot.launch.megatron_args import flag_table
 from megapilot.spec import TrainingSpec
 from tests.launch.plans import LLAMA31_8B, make_plan
@@ -148,3 +150,32 @@ def test_megatrons_per_recipe_refusals(args: list[str], problem: str) -> None:
 ])
 def test_the_combinations_megatron_takes_pass(args: list[str]) -> None:
     check_megatron_args(["--mock-data", *args], get_gpu("b200"))
+
+
+@pytest.mark.parametrize(("gpu", "precision", "recipe"), [
+    ("h100", "bf16", "tensorwise"), ("h100", "fp8", "delayed"), ("h100", "fp8", "tensorwise"),
+    ("h100", "fp8", "blockwise"), ("b200", "mxfp8", "tensorwise"), ("b200", "nvfp4", "tensorwise"),
+    ("mi355x", "mxfp8", "tensorwise"),
+])
+def test_a_rendered_launch_reads_back_as_the_precision_it_was_written_for(gpu: str, precision: str,
+                                                                          recipe: str) -> None:
+    """`optimize` and `diagnose` price a script by what its flags say: an MXFP8 or NVFP4 launch read as FP8 with
+    per-tensor scaling (or as bf16) would be priced with the wrong GEMM rates and casts."""
+    plan = _plan(gpu, precision, recipe)
+    config = run_config(read_flags(flags=" ".join(render_megatron_args(plan, MOCK))), gpu=get_gpu(gpu), gpus=8)
+    assert config.training is not None
+    assert (config.training.precision, config.training.fp8_recipe) == (precision, recipe)
+
+
+@pytest.mark.parametrize(("flags", "flavour"), [
+    ("--fp8-format hybrid", "fp8-delayed"),  # Megatron's default recipe, not ours
+    ("--fp8-format e4m3 --fp8-recipe mxfp8", "mxfp8"),
+    ("--fp4-format e2m1", "nvfp4"),
+    ("--fp8-format hybrid --fp8-recipe custom", "custom"),
+    ("--bf16", None),
+])
+def test_a_format_flag_without_its_recipe_runs_megatrons_default(flags: str, flavour: str | None) -> None:
+    words = flags.split()
+    value = {name: words[i + 1] for i, name in enumerate(words[:-1]) if not words[i + 1].startswith("--")}
+    assert quant_flavour_of_flags(value.get("--fp8-format"), value.get("--fp8-recipe"), value.get("--fp4-format"),
+                                  value.get("--fp4-recipe")) == flavour
