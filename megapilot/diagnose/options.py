@@ -28,6 +28,7 @@ from megapilot.spec.validate import (
     flex_dispatcher_refusal,
     light_recompute_modules,
     most_offloaded_layers,
+    tp_comm_overlap_runs,
 )
 
 
@@ -274,9 +275,11 @@ def _overlap_options(config: RunConfig) -> Iterator[LayoutOption | None]:
     """Switches offered with the prediction of the flags they leave: the overlaps (priced: the estimate reads them
     from the flags), the alltoall dispatcher and grouped GEMM (not priced: their prediction is the layout's)."""
     flags, p, model = config.flags, config.parallel, config.model
-    assert p is not None and model is not None
-    userbuffers = config.gpu is None or config.gpu.vendor == "NVIDIA"  # TE's userbuffers are CUDA-only
-    if p.tp > 1 and not flags.has("--tp-comm-overlap") and p.sequence_parallel and userbuffers:
+    assert p is not None and model is not None and config.training is not None
+    # where it runs on this GPU; with none named, wherever NVIDIA's would run it
+    runs = (tp_comm_overlap_runs(config.gpu, p, config.training.precision) if config.gpu is not None
+            else p.tp > 1 and p.sequence_parallel)
+    if runs and not flags.has("--tp-comm-overlap"):
         yield proposed_layout(config, "TP communication overlap", p, extra=(change(
             flags, "--tp-comm-overlap", None,
             "overlap TP all-gather/reduce-scatter with GEMMs (needs SP, Transformer Engine)"),))

@@ -130,6 +130,7 @@ from megapilot.spec.model import ModelSpec
 from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.pipeline import LOSS, MTP, PipelineSplit, StageWeights
 from megapilot.spec.training import Optimizer, QuantFlavour, TrainingSpec
+from megapilot.spec.validate import tp_comm_overlap_runs
 
 TP_OVERLAP_HIDDEN_FRACTION = 0.8
 PARAM_GATHER_BYTES = 2
@@ -428,7 +429,7 @@ def layer_terms(
             expert_cast_kernels=expert_casts), options.cuda_graphs, eff)
     compute_s = sum(terms[name] for name in COMPUTE_TERMS)
 
-    tp_s = _tp_comm_s(model, cluster, p, options, tokens)
+    tp_s = _tp_comm_s(model, cluster, p, options, tokens, training.precision)
     if kind != "transformer":
         tp_s /= 2  # one block per hybrid layer: half a transformer layer's collectives
     else:
@@ -704,15 +705,16 @@ def _mamba_cp_all_to_alls_s(model: ModelSpec, cluster: ClusterSpec, p: ParallelC
 
 
 def _tp_comm_s(
-    model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, options: EstimateOptions, tokens: float
+    model: ModelSpec, cluster: ClusterSpec, p: ParallelConfig, options: EstimateOptions, tokens: float,
+    precision: str,
 ) -> float:
-    """8 ring AG/RS (or 4 AR) of the [tokens x h] bf16 activation per layer; part hidden with overlap."""
+    """8 ring AG/RS (or 4 AR) of the [tokens x h] bf16 activation per layer; part hidden with overlap, where it runs
+    (CUDA only, not under NVFP4: `tp_comm_overlap_runs`; those runs and their scripts go without it)."""
     if p.tp == 1:
         return 0.0
     bandwidth = comm.group_bandwidth_bytes_per_s(cluster, p.tp)
     total = TP_COLLECTIVES_PER_LAYER * comm.all_gather_s(tokens * model.hidden_size * ACTIVATION_BYTES, p.tp, bandwidth)
-    # Transformer Engine's userbuffers overlap is CUDA-only: AMD Instinct runs (and their scripts) go without it
-    overlaps = options.tp_comm_overlap and p.sequence_parallel and cluster.gpu.vendor == "NVIDIA"
+    overlaps = options.tp_comm_overlap and tp_comm_overlap_runs(cluster.gpu, p, precision)
     return total * (1 - (TP_OVERLAP_HIDDEN_FRACTION if overlaps else 0.0))
 
 

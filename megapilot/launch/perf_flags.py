@@ -30,7 +30,7 @@ from megapilot.spec import (
     moe_a2a_overlap_refusal,
 )
 from megapilot.spec.cuda_graphs import CudaGraphs, cuda_graph_refusal, one_word_scope, pads_routing_for_quantization
-from megapilot.spec.validate import KEEP_ALLTOALL
+from megapilot.spec.validate import KEEP_ALLTOALL, tp_comm_overlap_runs
 
 # Megatron's own default for --distributed-timeout-minutes; what one node needs.
 BASE_TIMEOUT_MIN = 10
@@ -57,14 +57,10 @@ def gpu_kernels_available(options: LaunchOptions) -> bool:
 
 
 def tp_comm_overlap_applies(plan: SavedPlan, options: LaunchOptions) -> bool:
-    """TE userbuffers overlap of the TP all-gather/reduce-scatter with the GEMMs.
-
-    Megatron asserts sequence parallelism (which needs TP > 1); Megatron-Bridge leaves it off without
-    TE and for NVFP4. Userbuffers are CUDA-only (NVLink), so AMD launches do not get it.
-    """
-    p = plan.parallel
-    return (gpu_kernels_available(options) and plan.cluster.gpu.vendor == "NVIDIA" and p.tp > 1
-            and p.sequence_parallel and plan.training.precision != "nvfp4")
+    """TE userbuffers overlap of the TP all-gather/reduce-scatter with the GEMMs, where it runs
+    (`spec.validate.tp_comm_overlap_runs`) and Transformer Engine is there."""
+    return gpu_kernels_available(options) and tp_comm_overlap_runs(plan.cluster.gpu, plan.parallel,
+                                                                   plan.training.precision)
 
 
 def param_gather_overlaps_optimizer_step(plan: SavedPlan, options: LaunchOptions) -> bool:

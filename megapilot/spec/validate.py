@@ -720,6 +720,14 @@ def bf16_gradients_would_change(training: TrainingSpec, gpu: GPUSpec) -> bool:
     return training.main_grad_bytes == FP32_GRAD_BYTES and gpu.vendor != "CPU"
 
 
+def tp_comm_overlap_runs(gpu: GPUSpec, p: ParallelConfig, precision: str) -> bool:
+    """Whether Transformer Engine's userbuffers overlap of the TP all-gathers and reduce-scatters with the GEMMs
+    (--tp-comm-overlap) can run: CUDA only (NVLink), with sequence parallelism (Megatron asserts it; it needs TP >
+    1), and not under NVFP4, whose FP4 parameter gather does not run with it (Megatron-Bridge turns it off for every
+    NVFP4 recipe). What `script` writes, what `estimate` and `plan` price by default, what `optimize` may offer."""
+    return gpu.vendor == "NVIDIA" and p.tp > 1 and p.sequence_parallel and precision != "nvfp4"
+
+
 def _warnings(model: ModelSpec, training: TrainingSpec, p: ParallelConfig) -> list[str]:
     warnings: list[str] = []
     microbatches = p.num_microbatches(training.global_batch_size)

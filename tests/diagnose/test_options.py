@@ -135,6 +135,16 @@ def test_tp_communication_overlap_is_offered_only_where_userbuffers_exist():
     assert "TP communication overlap" not in {o.label for o in throughput_options(_config(flags, gpu="mi300x"))}
 
 
+def test_tp_communication_overlap_is_not_offered_under_nvfp4():
+    """Its FP4 parameter gather does not run with the userbuffers overlap: the option would be priced as a gain
+    the run cannot have (`spec.validate.tp_comm_overlap_runs`)."""
+    flags = LLAMA3_8B + " --sequence-parallel --fp4-format e2m1 --fp4-recipe nvfp4"
+    assert _config(flags, gpu="b200").training.precision == "nvfp4"
+    assert "TP communication overlap" not in {o.label for o in throughput_options(_config(flags, gpu="b200"))}
+    assert "TP communication overlap" in {o.label for o in throughput_options(_config(
+        flags.replace("--fp4-format e2m1 --fp4-recipe nvfp4", "--fp8-format e4m3 --fp8-recipe mxfp8"), gpu="b200"))}
+
+
 def test_fp8_is_offered_only_on_a_gpu_that_has_it():
     assert "FP8 GEMMs" in {o.label for o in throughput_options(_config())}
     assert "FP8 GEMMs" not in {o.label for o in throughput_options(_config(gpu="a100"))}

@@ -91,6 +91,15 @@ def test_amd_instinct_has_no_userbuffers_to_hide_tp_communication_behind():
     assert asked.breakdown_s["tp_comm"] == exposed.breakdown_s["tp_comm"] > 0
 
 
+def test_nvfp4_runs_its_tp_communication_without_the_userbuffers_overlap():
+    """NVFP4's FP4 parameter gather does not run with --tp-comm-overlap (Megatron-Bridge turns it off for every NVFP4
+    recipe, and `script` does not write it): priced exposed, while MXFP8 on the same layout keeps the overlap."""
+    b200s = ClusterSpec.from_gpu_count(get_gpu("b200"), 64)
+    tp_s = {precision: step_time(LLAMA3_70B, b200s, SEQ_4K.model_copy(update={"precision": precision}), _layout(),
+                                 EstimateOptions()).breakdown_s["tp_comm"] for precision in ("mxfp8", "nvfp4")}
+    assert tp_s["mxfp8"] == pytest.approx(tp_s["nvfp4"] * 0.2) and tp_s["nvfp4"] > 0
+
+
 def test_tp_above_the_kv_heads_gathers_each_layers_qkv_over_the_tp_group():
     """Megatron-Core 0.16+: with 4 KV heads on TP 8 every rank all-gathers the whole QKV output (forward) and
     reduce-scatters its gradient (backward), outside the userbuffers overlap; at TP <= KV heads nothing is added."""
