@@ -109,11 +109,11 @@ def test_the_model_and_parallel_sections_write_each_field_from_its_row() -> None
     from megapilot.launch.flags import megatron_arg_sections
     from megapilot.vocabulary import field_value
     from tests.launch.plans import GOLDEN_PLANS
-    from tests.launch.variants import _MEGATRON_MOCK, VARIANT_PLANS
+    from tests.launch.variants import MEGATRON_MOCK, VARIANT_PLANS
 
     checked = set()
     for plan in [*GOLDEN_PLANS.values(), *VARIANT_PLANS.values()]:
-        sections = megatron_arg_sections(plan, _MEGATRON_MOCK)
+        sections = megatron_arg_sections(plan, MEGATRON_MOCK)
         args = [arg for section in sections if section.title.startswith(("model", "parallelism", "activation"))
                 for arg in section.args]
         for index, flag in enumerate(args):

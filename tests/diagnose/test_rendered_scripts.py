@@ -12,10 +12,13 @@ import pytest
 
 from megapilot.diagnose import read_flags, run_config
 from megapilot.diagnose.flags import moe_layer_placement
-from megapilot.launch import render_launch
-from megapilot.spec import ModelSpec
+from megapilot.diagnose.predict import predict
+from megapilot.estimate import EstimateOptions, estimate
+from megapilot.launch import LaunchOptions, render_launch, render_megatron_args
+from megapilot.spec import ModelSpec, SavedPlan
 from tests.launch.golden_cases import LAUNCHERS, golden_options
 from tests.launch.plans import GOLDEN_PLANS
+from tests.launch.variants import MEGATRON_MOCK, PAIRED_VARIANTS, VARIANT_PLANS
 
 GOLDEN_DIR = Path(__file__).parents[1] / "launch" / "golden"
 CASES = [(case, launcher) for case in GOLDEN_PLANS for launcher in LAUNCHERS]
@@ -201,3 +204,25 @@ def test_every_pipeline_split_is_rendered_and_read_back(split: dict, tmp_path: P
     for field in ("pp", "vpp", "account_for_embedding", "account_for_loss", "pipeline_layout"):
         assert getattr(config.parallel, field) == getattr(plan.parallel, field), field
     assert config.parallel.rank_layer_counts(126) == plan.parallel.rank_layer_counts(126)
+
+
+# Every variant `script` renders (precisions, FSDP, offloading, uneven splits, MoE dispatchers, overlaps, CUDA graphs,
+# hybrids, optimizers), with the launch options it was rendered with.
+_PRICED = [(name, plan, MEGATRON_MOCK) for name, plan in VARIANT_PLANS.items()] + [
+    (f"paired-{i}", plan, options) for i, (plan, options) in enumerate(PAIRED_VARIANTS)]
+
+
+@pytest.mark.parametrize(("name", "plan", "options"), _PRICED, ids=[case[0] for case in _PRICED])
+def test_a_rendered_script_read_back_is_priced_as_its_plan(name: str, plan: SavedPlan, options: LaunchOptions) -> None:
+    """`optimize --script` and `diagnose` price a run by what its script says: what they predict for a script
+    `megapilot script` wrote must be what `estimate` predicts for its plan with the switches the script writes (an
+    MXFP8 launch once read back as FP8 with per-tensor scaling, an NVFP4 one priced with a TP overlap it cannot run)."""
+    config = run_config(read_flags(flags=" ".join(render_megatron_args(plan, options))), gpu=plan.cluster.gpu,
+                        gpus=plan.cluster.world_size)
+    assert config.complete, config.notes
+    written = EstimateOptions(moe_flex_dispatcher=options.moe_flex_dispatcher is not None,
+                              moe_a2a_overlap=options.moe_a2a_overlap, cuda_graphs=options.cuda_graphs)
+    expected = estimate(plan.model, plan.cluster, plan.training, plan.parallel, written)
+    read_back = predict(config.model, config.cluster, config.training, config.parallel, config.options)
+    assert read_back.tokens_per_s_per_gpu == pytest.approx(expected.tokens_per_s_per_gpu, rel=1e-9)
+    assert read_back.memory_gib == pytest.approx(expected.memory_gib.total, abs=0.001)

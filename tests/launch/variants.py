@@ -109,56 +109,56 @@ SHARED_TOPK_MLA = SPARSE_MLA.model_copy(update={
         "dsa": SPARSE_MLA.mla.dsa.model_copy(update={"topk_freq": 4, "skip_topk_offset": 3, "rope_interleaved": True,
                                                    "rotate_activation": False})}),
 })
-_MEGATRON_MOCK = LaunchOptions(mock_data=True, megatron_path="/opt/Megatron-LM", check_paths_exist=False)
+MEGATRON_MOCK = LaunchOptions(mock_data=True, megatron_path="/opt/Megatron-LM", check_paths_exist=False)
 
 # Options that apply to some plans only (a flex MoE dispatcher is refused on a dense model): rendered on their own.
 PAIRED_VARIANTS: list[tuple[SavedPlan, LaunchOptions]] = [
-    (make_plan(GPT_OSS_STYLE, "h100", 1, _TRAIN, ep=8, etp=1), _MEGATRON_MOCK),
+    (make_plan(GPT_OSS_STYLE, "h100", 1, _TRAIN, ep=8, etp=1), MEGATRON_MOCK),
     # attention sinks under CP: Transformer Engine's a2a path only (--cp-comm-type a2a)
-    (make_plan(GPT_OSS_STYLE, "h100", 1, _TRAIN, cp=2, cp_comm_type="a2a", ep=8, etp=1), _MEGATRON_MOCK),
-    (make_plan(HYBRID_MAMBA, "h100", 1, _TRAIN, tp=2, ep=4, etp=1), _MEGATRON_MOCK),
-    (make_plan(LATENT_HYBRID, "h100", 1, _TRAIN, tp=2, ep=4, etp=1), _MEGATRON_MOCK),
-    (make_plan(GATED_DELTANET, "h100", 1, _TRAIN, tp=2, ep=4, etp=1), _MEGATRON_MOCK),
-    (make_plan(SPARSE_MLA, "h100", 1, _TRAIN, ep=8, etp=1), _MEGATRON_MOCK),
-    (make_plan(SHARED_TOPK_MLA, "h100", 1, _TRAIN, ep=8, etp=1), _MEGATRON_MOCK),
+    (make_plan(GPT_OSS_STYLE, "h100", 1, _TRAIN, cp=2, cp_comm_type="a2a", ep=8, etp=1), MEGATRON_MOCK),
+    (make_plan(HYBRID_MAMBA, "h100", 1, _TRAIN, tp=2, ep=4, etp=1), MEGATRON_MOCK),
+    (make_plan(LATENT_HYBRID, "h100", 1, _TRAIN, tp=2, ep=4, etp=1), MEGATRON_MOCK),
+    (make_plan(GATED_DELTANET, "h100", 1, _TRAIN, tp=2, ep=4, etp=1), MEGATRON_MOCK),
+    (make_plan(SPARSE_MLA, "h100", 1, _TRAIN, ep=8, etp=1), MEGATRON_MOCK),
+    (make_plan(SHARED_TOPK_MLA, "h100", 1, _TRAIN, ep=8, etp=1), MEGATRON_MOCK),
     # YaRN under standard attention (GPT-OSS's, its range unrounded): core_v0.19.0's --position-embedding-type yarn
     (make_plan(LLAMA31_8B.model_copy(update={"rope_scaling": YarnRopeScaling(
         factor=32.0, original_max_position_embeddings=4096, truncate=False)}), "h100", 1, _TRAIN, tp=2),
-     _MEGATRON_MOCK),
+     MEGATRON_MOCK),
     # a weightless q/k L2 norm (Llama 4's, without its NoPE layers: Megatron-LM normalises every layer)
-    (make_plan(LLAMA31_8B.model_copy(update={"qk_l2_norm": True}), "h100", 1, _TRAIN, tp=2), _MEGATRON_MOCK),
+    (make_plan(LLAMA31_8B.model_copy(update={"qk_l2_norm": True}), "h100", 1, _TRAIN, tp=2), MEGATRON_MOCK),
     (make_plan(MIXTRAL_8X7B.model_copy(update={"moe": MIXTRAL_8X7B.moe.model_copy(
-        update={"capacity_factor": 1.0, "pad_to_capacity": True})}), "h100", 1, _TRAIN, ep=8, etp=1), _MEGATRON_MOCK),
+        update={"capacity_factor": 1.0, "pad_to_capacity": True})}), "h100", 1, _TRAIN, ep=8, etp=1), MEGATRON_MOCK),
     (make_plan(MIXTRAL_8X7B, "h100", 1, _TRAIN, ep=8, etp=1),
      LaunchOptions(mock_data=True, megatron_path="/opt/Megatron-LM", moe_flex_dispatcher="deepep",
                    check_paths_exist=False)),
     (make_plan(MIXTRAL_8X7B, "h100", 1, _TRAIN, ep=8, etp=1),
      LaunchOptions(mock_data=True, megatron_path="/opt/Megatron-LM", moe_a2a_overlap=True, check_paths_exist=False)),
     # FP8 experts: the router pads their token counts for the quantised GEMMs, under each release's flag name
-    (make_plan(MIXTRAL_8X7B, "h100", 1, _TRAIN.model_copy(update={"precision": "fp8"}), ep=8, etp=1), _MEGATRON_MOCK),
+    (make_plan(MIXTRAL_8X7B, "h100", 1, _TRAIN.model_copy(update={"precision": "fp8"}), ep=8, etp=1), MEGATRON_MOCK),
     (make_plan(MIXTRAL_8X7B, "h100", 1, _TRAIN.model_copy(update={"precision": "fp8"}), ep=8, etp=1),
-     _MEGATRON_MOCK.model_copy(update={"megatron_version": "core_v0.15.0"})),
+     MEGATRON_MOCK.model_copy(update={"megatron_version": "core_v0.15.0"})),
     # CUDA graphs in each release's words: the scopes as a list (core_v0.16.0), renamed --cuda-graph-modules
     # (core_v0.18.0 on), and the whole iteration with what Megatron asserts beside it (local graphs under EP).
-    (make_plan(MIXTRAL_8X7B, "h100", 1, _TRAIN, ep=8, etp=1), _MEGATRON_MOCK.model_copy(update={
+    (make_plan(MIXTRAL_8X7B, "h100", 1, _TRAIN, ep=8, etp=1), MEGATRON_MOCK.model_copy(update={
         "cuda_graphs": CudaGraphs(impl="transformer_engine", scope=("attn", "moe_router", "moe_preprocess")),
         "megatron_version": "core_v0.16.0"})),
-    (make_plan(MIXTRAL_8X7B, "h100", 1, _TRAIN, ep=8, etp=1), _MEGATRON_MOCK.model_copy(update={
+    (make_plan(MIXTRAL_8X7B, "h100", 1, _TRAIN, ep=8, etp=1), MEGATRON_MOCK.model_copy(update={
         "cuda_graphs": CudaGraphs(impl="transformer_engine", scope=("attn", "moe_router", "moe_preprocess"))})),
-    (make_plan(MIXTRAL_8X7B, "h100", 1, _TRAIN, ep=8, etp=1, recompute="full"), _MEGATRON_MOCK.model_copy(update={
+    (make_plan(MIXTRAL_8X7B, "h100", 1, _TRAIN, ep=8, etp=1, recompute="full"), MEGATRON_MOCK.model_copy(update={
         "cuda_graphs": CudaGraphs(impl="local", scope=("full_iteration",)), "megatron_version": "core_v0.16.0"})),
     # before the lists (core_v0.14-0.15): one scope word, the implementation by flag (core_v0.14) or by name
-    (make_plan(LLAMA31_8B, "h100", 1, _TRAIN, tp=2, recompute="none"), _MEGATRON_MOCK.model_copy(update={
+    (make_plan(LLAMA31_8B, "h100", 1, _TRAIN, tp=2, recompute="none"), MEGATRON_MOCK.model_copy(update={
         "cuda_graphs": CudaGraphs(impl="local", scope=("full_iteration",)), "megatron_version": "core_v0.15.0"})),
-    (make_plan(LLAMA31_8B, "h100", 1, _TRAIN, tp=2, recompute="none"), _MEGATRON_MOCK.model_copy(update={
+    (make_plan(LLAMA31_8B, "h100", 1, _TRAIN, tp=2, recompute="none"), MEGATRON_MOCK.model_copy(update={
         "cuda_graphs": CudaGraphs(impl="local"), "megatron_version": "core_v0.14.0"})),
-    (make_plan(LLAMA31_8B, "h100", 1, _TRAIN, tp=2, recompute="none"), _MEGATRON_MOCK.model_copy(update={
+    (make_plan(LLAMA31_8B, "h100", 1, _TRAIN, tp=2, recompute="none"), MEGATRON_MOCK.model_copy(update={
         "cuda_graphs": CudaGraphs(impl="transformer_engine", scope=("attn",)), "megatron_version": "core_v0.14.0"})),
     # Muon: Megatron-LM's optimizer (the embedded trainer runs Adam and SGD), without the distributed optimizer.
     (make_plan(LLAMA31_8B, "h100", 1, _TRAIN.model_copy(update={"optimizer": "dist_muon"}), tp=2,
-               distributed_optimizer=False), _MEGATRON_MOCK),
+               distributed_optimizer=False), MEGATRON_MOCK),
     (make_plan(LLAMA31_8B, "h100", 1, _TRAIN.model_copy(update={"optimizer": "muon"}), tp=2,
-               distributed_optimizer=False), _MEGATRON_MOCK),
+               distributed_optimizer=False), MEGATRON_MOCK),
 ]
 
 OPTION_VARIANTS: dict[str, LaunchOptions] = {
