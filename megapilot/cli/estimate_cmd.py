@@ -205,7 +205,7 @@ def _assumed_size(name: str, value: int | None, tp: int) -> str:
 def defaults_assumed(flags: CaseFlags, case: Case) -> list[str]:
     """What the estimate took for the flags left out, read back from the resolved case (so it cannot drift
     from `case_from`'s defaults)."""
-    from megapilot.spec.validate import FP32_GRADIENTS_ASSUMED, bf16_gradients_would_change
+    from megapilot.spec.validate import FP32_GRADIENTS_ASSUMED, bf16_gradients_would_change, overlaps_assumed
 
     p, given = case.parallel, flags.given()
     dims: list[tuple[str, int | None]] = [("tp", p.tp), ("pp", p.pp), ("vpp", p.vpp), ("cp", p.cp), ("mbs", p.mbs)]
@@ -220,6 +220,8 @@ def defaults_assumed(flags: CaseFlags, case: Case) -> list[str]:
         assumed.append(FP32_GRADIENTS_ASSUMED)
     if "recompute" not in given:
         assumed.append("no recompute" if p.recompute == "none" else f"{p.recompute} recompute")
+    if (overlaps := overlaps_assumed(case.cluster.gpu, case.training.precision, p)) is not None:
+        assumed.append(overlaps)
     if "sequence_parallel" not in given and p.tp > 1:
         assumed.append("sequence parallel on")
     if case.model.moe is not None and "moe_flex_dispatcher" not in given:

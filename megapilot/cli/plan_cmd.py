@@ -202,7 +202,7 @@ def plan_command(
     from megapilot.errors import MegapilotError
     from megapilot.estimate.cases import parse_recompute_modules
     from megapilot.plan import Pins, plan
-    from megapilot.spec.validate import FP32_GRADIENTS_ASSUMED, bf16_gradients_would_change
+    from megapilot.spec.validate import FP32_GRADIENTS_ASSUMED, bf16_gradients_would_change, overlaps_assumed
 
     vpp = one_spelling("vpp", vpp, vpp_unlisted)
     # A zero or negative size is refused here: the search would divide by it or silently ignore the pin.
@@ -225,6 +225,8 @@ def plan_command(
         raise _naming_defaults(exc, defaults) from None
     if bf16_gradients_would_change(specs.training, specs.cluster.gpu):
         defaults.append(FP32_GRADIENTS_ASSUMED)
+    if (overlaps := overlaps_assumed(specs.cluster.gpu, specs.training.precision)) is not None:
+        defaults.append(overlaps)
     if specs.model.moe is not None and features.moe_flex_dispatcher is None:
         defaults.append(f"alltoall MoE dispatcher inside the {specs.cluster.gpu.scaleup_fabric} domain, flex beyond it "
                         "where a backend runs (default)")

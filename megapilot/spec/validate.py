@@ -714,6 +714,21 @@ FP32_GRADIENTS_ASSUMED = ("fp32 gradients (--grad-reduce-in-bf16 for the 16-bit 
                           "recipes run)")
 
 
+def overlaps_assumed(gpu: GPUSpec, precision: str, p: ParallelConfig | None = None) -> str | None:
+    """The communication overlaps an estimate prices as on (what `script` writes, and the estimator's defaults), said
+    where they change it: TP's under the GEMMs where it runs (`tp_comm_overlap_runs`), the DP reduction's and the
+    parameter gather's under the backward and forward where data parallelism reduces. `p` None: a plan's layouts,
+    each where it runs. A script without them is priced as written by `optimize --script`."""
+    tp = (tp_comm_overlap_runs(gpu, p, precision) if p is not None
+          else gpu.vendor == "NVIDIA" and precision != "nvfp4")
+    dp = p is None or p.dp * p.cp > 1
+    if gpu.vendor == "CPU" or not (tp or dp):
+        return None
+    flags = (["--tp-comm-overlap"] if tp else []) + (["--overlap-grad-reduce", "--overlap-param-gather"] if dp else [])
+    kinds = " and ".join(kind for kind, on in (("TP", tp), ("DP", dp)) if on)
+    return f"{kinds} communication overlapped ({' '.join(flags)}, as `script` writes)"
+
+
 def bf16_gradients_would_change(training: TrainingSpec, gpu: GPUSpec) -> bool:
     """Whether --grad-reduce-in-bf16 would change this run, so that advice may name it: its gradients are fp32
     (bf16-class training without the flag) on a GPU (a CPU run trains in fp32 and refuses the flag)."""

@@ -8,11 +8,12 @@ from typing import get_args
 
 import pytest
 
+from megapilot.catalog.gpus import get_gpu
 from megapilot.errors import MegapilotError
 from megapilot.plan import Pins
 from megapilot.spec import SavedPlan
 from megapilot.spec.parallel import Recompute
-from megapilot.spec.validate import FP32_GRADIENTS_ASSUMED
+from megapilot.spec.validate import FP32_GRADIENTS_ASSUMED, overlaps_assumed
 
 SMALL = ("plan", "--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "16", "--seq-len", "4096", "--gbs", "128")
 
@@ -157,9 +158,11 @@ def test_plan_states_the_defaults_it_assumed_on_one_line(cli):
     assert "seq-len 4096 (default)" in lines[0] and "GBS 1024 (default)" in lines[0] and "bf16" in lines[0]
     given = ("plan", "--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "8", "--top", "1", "--seq-len", "4096",
              "--gbs", "1024", "--precision", "bf16", "--json")
-    assert cli(*given, "--grad-reduce-in-bf16").json()["defaults"] == []  # all given: nothing was assumed
+    # all given: what is left is what no flag of plan sets, the overlaps the layouts are priced with
+    overlaps = overlaps_assumed(get_gpu("h100"), "bf16")
+    assert cli(*given, "--grad-reduce-in-bf16").json()["defaults"] == [overlaps]
     # the gradients' precision left out is Megatron's fp32, said as estimate says it
-    assert cli(*given).json()["defaults"] == [FP32_GRADIENTS_ASSUMED]
+    assert cli(*given).json()["defaults"] == [FP32_GRADIENTS_ASSUMED, overlaps]
 
 
 def test_plan_says_fp32_gradients_only_where_the_flag_would_change_the_run(cli):

@@ -14,6 +14,7 @@ from megapilot.spec.validate import (
     SplitRule,
     context_split_refusal,
     flex_backend_refusal,
+    overlaps_assumed,
     sequence_parallel_refusal,
     tensor_split_refusal,
 )
@@ -452,3 +453,18 @@ def test_deepep_runs_on_b200_nodes_smaller_than_the_baseboard_and_not_across_an_
     rack = flex_backend_refusal("deepep", ClusterSpec(gpu=get_gpu("gb200"), num_nodes=4, gpus_per_node=4), mixtral)
     assert rack is not None and rack.field == "moe_flex_dispatcher"
 
+
+
+def test_the_overlaps_an_estimate_prices_are_said_where_they_change_it():
+    """TP's where the userbuffers run (SP on NVIDIA, not NVFP4), DP's where data parallelism reduces; a CPU's
+    estimate and a one-GPU layout say neither."""
+    h100, layout = get_gpu("h100"), ParallelConfig(tp=8, pp=2, dp=4, sequence_parallel=True)
+    both = overlaps_assumed(h100, "bf16", layout)
+    assert both == ("TP and DP communication overlapped (--tp-comm-overlap --overlap-grad-reduce "
+                    "--overlap-param-gather, as `script` writes)")
+    assert overlaps_assumed(get_gpu("b200"), "nvfp4", layout).startswith("DP communication overlapped")
+    assert overlaps_assumed(get_gpu("mi300x"), "bf16", layout).startswith("DP communication")
+    assert overlaps_assumed(h100, "bf16", ParallelConfig(tp=8, dp=1, sequence_parallel=True)).startswith("TP comm")
+    assert overlaps_assumed(h100, "bf16", ParallelConfig(dp=1)) is None
+    assert overlaps_assumed(get_gpu("cpu"), "bf16", ParallelConfig(dp=2)) is None
+    assert overlaps_assumed(h100, "bf16") == both  # a plan's layouts: each where it runs
