@@ -738,8 +738,9 @@ def bf16_gradients_would_change(training: TrainingSpec, gpu: GPUSpec) -> bool:
 def tp_comm_overlap_runs(gpu: GPUSpec, p: ParallelConfig, precision: str) -> bool:
     """Whether Transformer Engine's userbuffers overlap of the TP all-gathers and reduce-scatters with the GEMMs
     (--tp-comm-overlap) can run: CUDA only (NVLink), with sequence parallelism (Megatron asserts it; it needs TP >
-    1), and not under NVFP4, whose FP4 parameter gather does not run with it (Megatron-Bridge turns it off for every
-    NVFP4 recipe). What `script` writes, what `estimate` and `plan` price by default, what `optimize` may offer."""
+    1), and not under NVFP4: Megatron-Bridge's performance recipes turn it off for every NVFP4 run (v0.2-v0.4,
+    `tp_comm_overlap = False if precision == "nvfp4"`; later ones name the FP4 parameter gather as what it does not
+    run with). What `script` writes, what `estimate` and `plan` price by default, what `optimize` may offer."""
     return gpu.vendor == "NVIDIA" and p.tp > 1 and p.sequence_parallel and precision != "nvfp4"
 
 

@@ -136,8 +136,8 @@ def test_tp_communication_overlap_is_offered_only_where_userbuffers_exist():
 
 
 def test_tp_communication_overlap_is_not_offered_under_nvfp4():
-    """Its FP4 parameter gather does not run with the userbuffers overlap: the option would be priced as a gain
-    the run cannot have (`spec.validate.tp_comm_overlap_runs`)."""
+    """The recipes run NVFP4 without the userbuffers overlap (`spec.validate.tp_comm_overlap_runs`): the option
+    would be priced as a gain no NVFP4 recipe takes."""
     flags = LLAMA3_8B + " --sequence-parallel --fp4-format e2m1 --fp4-recipe nvfp4"
     assert _config(flags, gpu="b200").training.precision == "nvfp4"
     assert "TP communication overlap" not in {o.label for o in throughput_options(_config(flags, gpu="b200"))}

@@ -92,8 +92,8 @@ def test_amd_instinct_has_no_userbuffers_to_hide_tp_communication_behind():
 
 
 def test_nvfp4_runs_its_tp_communication_without_the_userbuffers_overlap():
-    """NVFP4's FP4 parameter gather does not run with --tp-comm-overlap (Megatron-Bridge turns it off for every NVFP4
-    recipe, and `script` does not write it): priced exposed, while MXFP8 on the same layout keeps the overlap."""
+    """Megatron-Bridge's recipes run every NVFP4 layout without --tp-comm-overlap, and `script` does not write it:
+    priced exposed, while MXFP8 on the same layout keeps the overlap."""
     b200s = ClusterSpec.from_gpu_count(get_gpu("b200"), 64)
     tp_s = {precision: step_time(LLAMA3_70B, b200s, SEQ_4K.model_copy(update={"precision": precision}), _layout(),
                                  EstimateOptions()).breakdown_s["tp_comm"] for precision in ("mxfp8", "nvfp4")}
