@@ -63,13 +63,22 @@ def tp_comm_overlap_applies(plan: SavedPlan, options: LaunchOptions) -> bool:
                                                                    plan.training.precision)
 
 
+# The block-scaled formats whose runs leave the param gather out of the optimizer step: the MXFP8 weights' gather
+# reuses the gradient buffer (--reuse-grad-buf-for-mxfp8-param-ag), which Megatron-LM refills with the parameters
+# only once the step has zeroed it (training.py, core_v0.16.0), and Megatron-Bridge's performance scripts turn the
+# overlap off for fp8_mx and nvfp4 ("causes NaN grad norm for fp8_mx", scripts/performance/utils/overrides.py).
+NO_OPTIMIZER_STEP_GATHER = ("mxfp8", "nvfp4")
+
+
 def param_gather_overlaps_optimizer_step(plan: SavedPlan, options: LaunchOptions) -> bool:
     """--overlap-param-gather-with-optimizer-step: Megatron asserts the distributed optimizer (not FSDP),
     the param-gather overlap, interleaved PP and a non-distributed checkpoint format, so it is used only
-    when the run reads and writes no checkpoint (the format is then moot and set to `torch`)."""
+    when the run reads and writes no checkpoint (the format is then moot and set to `torch`); never in MXFP8 or
+    NVFP4 (`NO_OPTIMIZER_STEP_GATHER`)."""
     p = plan.parallel
     return (gpu_kernels_available(options) and p.distributed_optimizer and not p.fsdp and p.vpp > 1
-            and options.save is None and options.load is None)
+            and options.save is None and options.load is None
+            and plan.training.precision not in NO_OPTIMIZER_STEP_GATHER)
 
 
 def fp8_param_gather_applies(plan: SavedPlan, options: LaunchOptions) -> bool:
