@@ -966,11 +966,19 @@ def _divergence_fixes(config: RunConfig | None, log: ParsedLog) -> list[Fix]:
         return own
     flags = config.flags if config else None
     printed = log.arguments.values if log.arguments is not None else {}
+    fixes: list[Fix] = []
+    if all(flags.has(name) if flags else printed.get(name[2:].replace("-", "_")) == "True"
+           for name in _GATHER_IN_THE_STEP):
+        # the one NaN cause a launch's own switches name: before the remedies of numerics in general
+        fixes.append(Fix("remove", "--overlap-param-gather-with-optimizer-step", None,
+                         "the MXFP8 weights' all-gather reuses the gradient buffer (--reuse-grad-buf-for-mxfp8-param-"
+                         "ag), which Megatron refills with them only after the step zeroes it; gathered during the "
+                         "optimizer step, the grad norm goes NaN (Megatron-Bridge's recipes turn this overlap off for "
+                         "MXFP8 and NVFP4)"))
     peak = (flags.get_float("--lr") if flags else None) or _printed_float(printed, "lr")
     logged = [(r.iteration, r.lr) for r in _unique(log.iterations) if r.lr]
     # a logged LR that is still rising is inside the warm-up: the peak the schedule climbs to is above it
     warming = len(logged) >= 2 and all(b >= a for (_, a), (_, b) in pairwise(logged)) and logged[-1][1] > logged[0][1]
-    fixes: list[Fix] = []
 
     def fix(name: str, value: str | None, reason: str) -> Fix:
         return change(flags, name, value, reason) if flags else Fix("add", name, value, reason)
@@ -1021,6 +1029,10 @@ def _divergence_fixes(config: RunConfig | None, log: ParsedLog) -> list[Fix]:
         fixes.append(fix("--bf16", None, "bf16 has fp32's exponent range"))
     return fixes
 
+
+# Two switches that together give NaN grad norms (`launch.perf_flags.NO_OPTIMIZER_STEP_GATHER`: `script` never writes
+# the second beside MXFP8); the arguments block prints them by destination, True when on.
+_GATHER_IN_THE_STEP = ("--reuse-grad-buf-for-mxfp8-param-ag", "--overlap-param-gather-with-optimizer-step")
 
 # Megatron-LM's warm-up arguments (as the arguments block prints them; `--lr-warmup-iters` ... as flags): any of
 # them above 0 means the LR warms up.

@@ -763,3 +763,26 @@ def test_a_slowdown_in_a_run_that_logs_straggler_reports_names_the_slow_rank(tmp
     (tmp_path / "plain.log").write_text(_slowing_log(None))
     [plain] = [f for f in diagnose([tmp_path / "plain.log"]).findings if f.category == "slowdown"]
     assert "--log-straggler" in [fix.flag for fix in plain.fixes] and "name rank" not in plain.cause
+
+
+def test_a_nan_under_mxfp8_with_the_weight_gather_in_the_optimizer_step_names_that_switch_first():
+    """The MXFP8 weights' gather reuses the gradient buffer; gathered during the optimizer step, the grad norm goes
+    NaN. Said by the script's flags or by the log's own arguments block; without the pair, the general remedies."""
+    nan = [f" iteration {i:8d}/ 100 | elapsed time per iteration (ms): 100.0 | lm loss: 5.0E+00 | grad norm: "
+           f"{'nan' if i == 3 else '1.0'} | number of skipped iterations:   0 | number of nan iterations:   "
+           f"{int(i == 3)} |" for i in range(1, 4)]
+    pair = "--reuse-grad-buf-for-mxfp8-param-ag --overlap-param-gather-with-optimizer-step"
+    config = run_config(read_flags(flags=f"--fp8-format e4m3 --fp8-recipe mxfp8 --fp8-param-gather {pair}"))
+    [finding] = diagnose_log(parse_text("\n".join(nan)), config).findings
+    assert finding.category == "nan_loss"
+    assert (finding.fixes[0].action, finding.fixes[0].flag) == ("remove", "--overlap-param-gather-with-optimizer-step")
+    block = ["------------------------ arguments ------------------------",
+             "  overlap_param_gather_with_optimizer_step ........ True",
+             "  reuse_grad_buf_for_mxfp8_param_ag ............... True",
+             "-------------------- end of arguments ---------------------"]
+    [printed] = diagnose_log(parse_text("\n".join(block + nan)), None).findings
+    assert printed.fixes[0].flag == "--overlap-param-gather-with-optimizer-step"
+    plain = run_config(read_flags(flags="--fp8-format e4m3 --fp8-recipe mxfp8 "
+                                        "--overlap-param-gather-with-optimizer-step"))
+    [general] = diagnose_log(parse_text("\n".join(nan)), plain).findings
+    assert all(fix.flag != "--overlap-param-gather-with-optimizer-step" for fix in general.fixes)
