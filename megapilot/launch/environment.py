@@ -86,6 +86,10 @@ def _nvidia(plan: SavedPlan, options: LaunchOptions) -> list[EnvVar]:
             env.append(EnvVar(f"NVTE_{direction}_LAYERNORM_SM_MARGIN", str(margin),
                               f"keep {margin} SMs free of the {direction.lower()} norm kernels for "
                               "the overlapped TP communication (--tp-comm-overlap)"))
+    if plan.training.precision == "nvfp4":
+        env.append(EnvVar("NVTE_USE_FAST_MATH", "1", "Transformer Engine's fast-math NVFP4 casts: the Hadamard-"
+                          "transformed quantisation takes an approximate reciprocal (Megatron-Bridge's NVFP4 recipes "
+                          "set it)"))
     if flex == "hybridep":
         env += _hybridep(plan)
     nodes = options.nodes or plan.cluster.num_nodes

@@ -56,6 +56,13 @@ def test_mxfp8_on_amd_unlocks_rocm_transformer_engines_mxfp8_gemms() -> None:
     assert "NVTE_ROCM_ENABLE_MXFP8" not in _names(_env("mi355x"))  # bf16: left to the image
 
 
+def test_nvfp4_takes_transformer_engines_fast_math_casts_as_the_recipes_do() -> None:
+    nvfp4 = make_plan(LLAMA31_8B, "b200", 1, TRAINING.model_copy(update={"precision": "nvfp4"}))
+    assert _values(launch_environment(nvfp4, LaunchOptions()))["NVTE_USE_FAST_MATH"] == "1"
+    mxfp8 = make_plan(LLAMA31_8B, "b200", 1, TRAINING.model_copy(update={"precision": "mxfp8"}))
+    assert "NVTE_USE_FAST_MATH" not in _names(launch_environment(mxfp8, LaunchOptions()))
+
+
 def test_megatron_fsdp_unsets_cuda_device_max_connections() -> None:
     var = next(v for v in _env("h100", fsdp=True) if v.name == "CUDA_DEVICE_MAX_CONNECTIONS")
     assert var.unset and "FSDP" in var.why
