@@ -260,23 +260,35 @@ MEGATRON_QUANT_FLAGS: dict[str, tuple[str, ...]] = {
     "mxfp8": ("--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"),
     "nvfp4": ("--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"),
 }
-# What Megatron-LM runs for a format flag given without its recipe (TransformerConfig's defaults, core_v0.16.0).
-MEGATRON_FP8_RECIPE_DEFAULT = "delayed"
-MEGATRON_FP4_RECIPE_DEFAULT = "nvfp4"
+# Megatron-LM's --fp8-recipe and --fp4-recipe choices, the first of each its default for a format flag given without
+# its recipe (TransformerConfig, core_v0.16.0).
+MEGATRON_FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise", "custom")
+MEGATRON_FP4_RECIPES = ("nvfp4", "custom")
 
 
 def quant_flavour_of_flags(fp8_format: str | None, fp8_recipe: str | None, fp4_format: str | None,
                            fp4_recipe: str | None) -> str | None:
     """The quantised-GEMM flavour a script's --fp8-format / --fp8-recipe / --fp4-format / --fp4-recipe run (the
     inverse of MEGATRON_QUANT_FLAGS, a recipe left out being Megatron's default): fp8-delayed, fp8-tensorwise,
-    fp8-blockwise, mxfp8 or nvfp4; `custom` for a recipe of the user's own; None without a format flag."""
+    fp8-blockwise, mxfp8 or nvfp4; `custom` for a recipe of the user's own; None without a format flag. A recipe
+    Megatron-LM has no choice of is refused by its flag."""
     if fp4_format is not None:
-        recipe = fp4_recipe or MEGATRON_FP4_RECIPE_DEFAULT
-        return recipe if recipe != "custom" else "custom"
+        return _recipe_choice("--fp4-recipe", fp4_recipe, MEGATRON_FP4_RECIPES)
     if fp8_format is None:
         return None
-    recipe = fp8_recipe or MEGATRON_FP8_RECIPE_DEFAULT
+    recipe = _recipe_choice("--fp8-recipe", fp8_recipe, MEGATRON_FP8_RECIPES)
     return recipe if recipe in ("mxfp8", "custom") else f"fp8-{recipe}"
+
+
+def _recipe_choice(flag: str, value: str | None, choices: tuple[str, ...]) -> str:
+    if value is None:
+        return choices[0]
+    # a log's arguments block may print Megatron-Core's enum (`Fp8Recipe.delayed`): its member is the choice
+    value = value.rsplit(".", 1)[-1] if value.startswith(("Fp8Recipe.", "Fp4Recipe.")) else value
+    if value not in choices:
+        raise MegapilotError(f"{flag} {value} is not one of Megatron-LM's recipes", field=flag,
+                             fix=f"use one of: {', '.join(choices)}")
+    return value
 
 
 # Flavours whose GEMMs on AMD Instinct run only in Primus-Turbo's kernels, not in Transformer Engine on ROCm.

@@ -172,6 +172,7 @@ def test_a_rendered_launch_reads_back_as_the_precision_it_was_written_for(gpu: s
     ("--fp8-format e4m3 --fp8-recipe mxfp8", "mxfp8"),
     ("--fp4-format e2m1", "nvfp4"),
     ("--fp8-format hybrid --fp8-recipe custom", "custom"),
+    ("--fp8-format hybrid --fp8-recipe Fp8Recipe.blockwise", "fp8-blockwise"),  # an arguments block's enum
     ("--bf16", None),
 ])
 def test_a_format_flag_without_its_recipe_runs_megatrons_default(flags: str, flavour: str | None) -> None:
@@ -179,3 +180,11 @@ def test_a_format_flag_without_its_recipe_runs_megatrons_default(flags: str, fla
     value = {name: words[i + 1] for i, name in enumerate(words[:-1]) if not words[i + 1].startswith("--")}
     assert quant_flavour_of_flags(value.get("--fp8-format"), value.get("--fp8-recipe"), value.get("--fp4-format"),
                                   value.get("--fp4-recipe")) == flavour
+
+
+def test_a_recipe_megatron_has_no_choice_of_is_refused_by_its_flag() -> None:
+    with pytest.raises(MegapilotError, match="--fp8-recipe foo is not one of") as raised:
+        quant_flavour_of_flags("hybrid", "foo", None, None)
+    assert raised.value.field == "--fp8-recipe" and "blockwise" in (raised.value.fix or "")
+    with pytest.raises(MegapilotError, match="--fp4-recipe"):
+        quant_flavour_of_flags(None, None, "e2m1", "mxfp4")
