@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from megapilot.launch.options import LaunchOptions
-from megapilot.launch.perf_flags import flex_dispatcher_backend, tp_comm_overlap_applies
+from megapilot.launch.perf_flags import flex_dispatcher_backend, gpu_kernels_available, tp_comm_overlap_applies
 from megapilot.spec import SavedPlan
 
 # SMs kept free of TE's norm kernels for the userbuffers communication (Megatron-Bridge v0.3.1's
@@ -86,6 +86,10 @@ def _nvidia(plan: SavedPlan, options: LaunchOptions) -> list[EnvVar]:
             env.append(EnvVar(f"NVTE_{direction}_LAYERNORM_SM_MARGIN", str(margin),
                               f"keep {margin} SMs free of the {direction.lower()} norm kernels for "
                               "the overlapped TP communication (--tp-comm-overlap)"))
+    if options.cuda_graphs is not None and gpu_kernels_available(options):
+        env.append(EnvVar("NCCL_GRAPH_REGISTER", "0", "no NCCL buffer registration inside CUDA graphs: beside "
+                          "expandable_segments:True it makes illegal memory accesses, and Megatron-LM asserts it off "
+                          "for captured graphs (core_v0.16.0 on)"))
     if plan.training.precision == "nvfp4":
         env.append(EnvVar("NVTE_USE_FAST_MATH", "1", "Transformer Engine's fast-math NVFP4 casts: the Hadamard-"
                           "transformed quantisation takes an approximate reciprocal (Megatron-Bridge's NVFP4 recipes "

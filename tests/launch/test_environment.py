@@ -8,6 +8,7 @@ from megapilot.catalog import get_gpu, get_model
 from megapilot.launch.environment import LAYERNORM_SM_MARGIN, EnvVar, launch_environment
 from megapilot.launch.options import LaunchOptions
 from megapilot.spec import ClusterSpec, ParallelConfig, SavedPlan, TrainingSpec
+from megapilot.spec.cuda_graphs import CudaGraphs
 from tests.launch.plans import LLAMA31_8B, make_plan
 
 TRAINING = TrainingSpec(seq_length=4096, global_batch_size=64)
@@ -61,6 +62,17 @@ def test_nvfp4_takes_transformer_engines_fast_math_casts_as_the_recipes_do() -> 
     assert _values(launch_environment(nvfp4, LaunchOptions()))["NVTE_USE_FAST_MATH"] == "1"
     mxfp8 = make_plan(LLAMA31_8B, "b200", 1, TRAINING.model_copy(update={"precision": "mxfp8"}))
     assert "NVTE_USE_FAST_MATH" not in _names(launch_environment(mxfp8, LaunchOptions()))
+
+
+def test_cuda_graphs_come_with_nccls_graph_registration_off_as_megatron_asserts() -> None:
+    """Megatron-LM (core_v0.16.0 on) asserts NCCL_GRAPH_REGISTER=0 for captured graphs when the allocator has
+    expandable segments, which every NVIDIA launch sets: without it the launch stops in argument validation."""
+    graphs = MEGATRON.model_copy(update={"cuda_graphs": CudaGraphs(impl="transformer_engine", scope=("attn",))})
+    env = _values(_env("h100", graphs, tp=2))
+    assert env["NCCL_GRAPH_REGISTER"] == "0" and "expandable_segments:True" in (env["PYTORCH_CUDA_ALLOC_CONF"] or "")
+    assert "NCCL_GRAPH_REGISTER" not in _names(_env("h100", MEGATRON, tp=2))  # eager: NCCL's default
+    cpu = LaunchOptions(mock_data=True, entrypoint="megapilot", cpu=True, cuda_graphs=CudaGraphs(impl="local"))
+    assert "NCCL_GRAPH_REGISTER" not in _names(_env("h100", cpu))  # no graph runs in the embedded trainer
 
 
 def test_megatron_fsdp_unsets_cuda_device_max_connections() -> None:
