@@ -15,6 +15,7 @@ word for those releases or why they cannot run the graphs.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -69,6 +70,8 @@ def cuda_graph_refusal(model: ModelSpec, p: ParallelConfig, graphs: CudaGraphs, 
         # TransformerConfig: 'CUDA graph scope on moe and mlp is not supported with overlap_moe_expert_parallel_comm'
         return (f"the {' and '.join(sorted(scope & {'moe', 'mlp'}))} scope is not captured beside the expert "
                 "all-to-all overlap (--moe-a2a-overlap)")
+    if a2a_overlap and (refusal := _delayed_wgrad_graph_refusal(model, p, scope)) is not None:
+        return refusal
     if "full_iteration" in scope and graphs.impl != "local":
         return "full_iteration is captured by --cuda-graph-impl local only"
     if "full_iteration" in scope and len(scope) > 1:
@@ -107,6 +110,23 @@ def cuda_graph_refusal(model: ModelSpec, p: ParallelConfig, graphs: CudaGraphs, 
             return "the moe recompute module does not run with a moe_router graph under transformer_engine"
     if "mamba" in scope and not any(model.layer_kind(i) == "mamba" for i in range(model.num_layers)):
         return f"{model.name} has no Mamba layers for the mamba scope"
+    return None
+
+
+def _delayed_wgrad_graph_refusal(model: ModelSpec, p: ParallelConfig, scope: AbstractSet[str]) -> str | None:
+    """The expert all-to-all overlap delays the weight gradients (`--delay-wgrad-compute`, which `script` writes
+    beside it and beside `--overlap-grad-reduce`); where a graph then holds a weight-gradient GEMM (the attention
+    sublayer's, or the router graph's shared experts), Megatron-LM asserts gradient accumulation fusion, which
+    Megatron-FSDP launches run without, and attention without biases (arguments.py, core_v0.17.0 on; it also needs
+    Transformer Engine 2.12)."""
+    moe = model.moe
+    graphed = "attn" in scope or ("moe_router" in scope and moe is not None and moe.shared_expert_ffn_hidden_size > 0)
+    if graphed and p.fsdp:
+        return ("a graph holding weight gradients the expert all-to-all overlap delays needs gradient accumulation "
+                "fusion, which Megatron-FSDP runs without: leave --moe-a2a-overlap or those scopes out")
+    if "attn" in scope and (model.add_bias_linear or model.add_qkv_bias):
+        return (f"the attn scope beside the expert all-to-all overlap (its delayed weight gradients) does not take "
+                f"{model.name}'s attention biases: leave --moe-a2a-overlap or the attn scope out")
     return None
 
 

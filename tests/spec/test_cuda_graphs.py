@@ -111,3 +111,28 @@ def test_megatron_core_itself_refuses_exactly_these(model, layout, graphs_asked,
     except (AssertionError, ValueError):
         megatron_refuses = True
     assert megatron_refuses == (refused is not None)
+
+
+GPT_OSS = get_model("gpt-oss-20b")  # biases on its attention's linear layers
+
+
+@pytest.mark.parametrize(("model", "layout", "graphs_asked", "refused"), [
+    (MOE, LAYOUT, graphs("transformer_engine", "attn", "moe_router", "moe_preprocess"), None),
+    (GPT_OSS, LAYOUT, graphs("transformer_engine", "attn", "moe_router"), "attention biases"),
+    (GPT_OSS, LAYOUT, graphs("transformer_engine", "moe_router", "moe_preprocess"), None),  # no wgrad in the graph
+    (MOE, ParallelConfig.for_world(8, fsdp=True), graphs("transformer_engine", "attn"), "gradient accumulation"),
+    (get_model("qwen3-30b-a3b"), ParallelConfig.for_world(8, fsdp=True), graphs("transformer_engine", "moe_router"),
+     None),  # no shared experts: the router graph holds no weight gradient
+    (FIRST_DENSE, ParallelConfig.for_world(8, fsdp=True), graphs("transformer_engine", "moe_router"),
+     "gradient accumulation"),  # DeepSeek's shared experts run in the router's graph
+])
+def test_graphs_holding_weight_gradients_the_all_to_all_overlap_delays_are_refused_as_megatron_asserts(
+        model, layout, graphs_asked, refused):
+    """--delay-wgrad-compute (written with the expert all-to-all overlap) beside --overlap-grad-reduce: where a graph
+    holds a weight-gradient GEMM, Megatron-LM (arguments.py, core_v0.17.0 on) asserts gradient accumulation fusion
+    (Megatron-FSDP launches run without it) and, for the attention graph, no attention biases."""
+    said = cuda_graph_refusal(model, layout, graphs_asked, flex_dispatcher=True, router_padding=False,
+                              a2a_overlap=True)
+    assert (said is None) == (refused is None), said
+    assert refused is None or refused in said
+    assert cuda_graph_refusal(model, layout, graphs_asked, flex_dispatcher=True, router_padding=False) is None
