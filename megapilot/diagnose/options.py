@@ -342,10 +342,12 @@ def flex_flags(flags: LaunchFlags, backend: str, ep: int) -> tuple[Fix, Fix]:
 
 # The graphs the later Megatron-Bridge recipes run, most captured first: a dense model's whole iteration (Llama 3),
 # a MoE model's attention, router and preprocess (DeepSeek-V3, Qwen3, GPT-OSS), or without the preprocess where the
-# alltoall dispatcher reads token counts on the host. Said in core_v0.16's words, which later releases migrate.
+# alltoall dispatcher reads token counts on the host, or without the attention (DeepSeek-V3 on GB200) where it may not
+# be captured. Said in core_v0.16's words, which later releases migrate.
 _DENSE_GRAPHS = (CudaGraphs(impl="local", scope=("full_iteration",)),)
 _MOE_GRAPHS = (CudaGraphs(impl="transformer_engine", scope=("attn", "moe_router", "moe_preprocess")),
-               CudaGraphs(impl="transformer_engine", scope=("attn", "moe_router")))
+               CudaGraphs(impl="transformer_engine", scope=("attn", "moe_router")),
+               CudaGraphs(impl="transformer_engine", scope=("moe_router", "moe_preprocess")))
 
 
 def _cuda_graphs_option(config: RunConfig) -> LayoutOption | None:
@@ -357,14 +359,18 @@ def _cuda_graphs_option(config: RunConfig) -> LayoutOption | None:
         return None
     padding = flags.has("--moe-router-padding-for-quantization") or flags.has("--moe-router-padding-for-fp8")
     flex = flags.get("--moe-token-dispatcher-type") == "flex"
+    overlap = flags.has("--overlap-moe-expert-parallel-comm")
     graphs = next((g for g in (_MOE_GRAPHS if model.is_moe else _DENSE_GRAPHS)
-                   if cuda_graph_refusal(model, p, g, flex_dispatcher=flex, router_padding=padding) is None), None)
+                   if cuda_graph_refusal(model, p, g, flex_dispatcher=flex, router_padding=padding,
+                                         a2a_overlap=overlap) is None), None)
     if graphs is None:
         return None
     why = "replay the captured kernels from a graph: no host launch (and no Python before it) per kernel"
     extra = [change(flags, "--cuda-graph-impl", graphs.impl, why),
              change(flags, "--cuda-graph-scope", " ".join(graphs.scope), "what the graphs capture"),
-             change(flags, "--te-rng-tracker", None, "graph-safe random streams")]
+             change(flags, "--te-rng-tracker", None, "graph-safe random streams"),
+             Fix("set", "NCCL_GRAPH_REGISTER", "0", "no NCCL buffer registration inside the graphs: Megatron-LM "
+                 "asserts it beside PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", kind="env")]
     if "full_iteration" in graphs.scope:
         extra.append(change(flags, "--no-check-for-nan-in-loss-and-grad", None,
                             "the NaN check's host sync cannot sit inside the captured step (Megatron asserts it)"))

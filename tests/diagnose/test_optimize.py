@@ -139,11 +139,14 @@ def test_changes_are_written_for_the_release_that_wrote_the_log():
     [graphs] = [c for c in report.changes if c.label.startswith("CUDA graphs")]
     # core_v0.14 names the implementation by a switch: the change is said so, as `megapilot script` writes it for
     # that release (it was marked as needing an upgrade, with no word of v0.14's own spelling)
-    assert [(fix.flag, fix.value) for fix in graphs.fixes] == [
+    flags = [fix for fix in graphs.fixes if fix.kind == "megatron_flag"]
+    assert [(fix.flag, fix.value) for fix in flags] == [
         ("--enable-cuda-graph", None), ("--cuda-graph-scope", "full_iteration"), ("--te-rng-tracker", None),
         ("--no-check-for-nan-in-loss-and-grad", None)]
+    assert [(fix.kind, fix.flag, fix.value) for fix in graphs.fixes if fix not in flags] == [
+        ("env", "NCCL_GRAPH_REGISTER", "0")]
     v014 = next(table for table in committed_tables() if table.release == "core_v0.14.0")
-    assert all(fix.flag in v014.flags for fix in graphs.fixes)  # every one a flag its parser knows
+    assert all(fix.flag in v014.flags for fix in flags)  # every one a flag its parser knows
     assert not any("needs Megatron-LM" in note for note in report.notes), report.notes
     assert ("CUDA graphs --cuda-graph-impl local --cuda-graph-scope full_iteration are said --enable-cuda-graph "
             "--cuda-graph-scope full_iteration in Megatron-LM core_v0.14.0, the log's release") in report.notes

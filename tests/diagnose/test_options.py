@@ -261,6 +261,14 @@ def test_cuda_graphs_are_offered_as_the_recipes_run_them_where_megatron_allows_a
     assert padded is not None and padded.label == "CUDA graphs (transformer_engine over attn, moe_router)"
     assert graphs_option(LLAMA3_8B + " --cuda-graph-impl transformer_engine --cuda-graph-scope attn")[0] is None
     assert graphs_option(LLAMA3_8B, gpu="mi300x")[0] is None  # CUDA graphs are NVIDIA's
+    # the script's allocator has expandable segments, beside which Megatron asserts NCCL's graph registration off
+    assert ("env", "NCCL_GRAPH_REGISTER", "0") in {(c.kind, c.flag, c.value) for c in moe.changes}
+    # beside the expert all-to-all overlap, the attention graph holds weight gradients it delays: biased attention
+    # (GPT-OSS's) is refused there (Megatron-LM core_v0.17 on), so the offer leaves attn out, as DeepSeek-V3's GB200
+    # recipe captures the router and preprocess alone
+    biased = graphs_option(MIXTRAL + " --add-bias-linear --overlap-moe-expert-parallel-comm --delay-wgrad-compute "
+                           "--moe-token-dispatcher-type flex", gpus=16)[0]
+    assert biased is not None and biased.label == "CUDA graphs (transformer_engine over moe_router, moe_preprocess)"
 
 
 def test_the_flex_dispatcher_is_offered_where_the_expert_group_leaves_the_nvlink_domain():
