@@ -46,9 +46,10 @@ _SUBJECT_ASKED = re.compile(
     re.IGNORECASE)
 _INVALID_CHOICE = re.compile(r"argument (--[a-z][\w-]*)(?:/[^:]*)?: invalid choice: '([^']*)' \(choose from ([^)]*)\)")
 _UNRECOGNIZED = re.compile(r"unrecognized arguments:(.*)")
-# "set `NVTE_ROCM_ENABLE_MXFP8=1`", "setting the environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1"
-_ENV_ASKED = re.compile(r"\b(?:set(?:ting)?|export)\s+(?:the\s+)?(?:environment\s+variable\s+)?`?([A-Z][A-Z0-9_]{2,})`?"
-                        r"\s*(?:=|\bto\b)\s*`?([\w.:/-]+?)`?(?=[\s.,;]|$)")
+# "set `NVTE_ROCM_ENABLE_MXFP8=1`", "setting the environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1", "Setting
+# NCCL_GRAPH_REGISTER=0 to avoid ..." (the verb in any case; the variable's name in capitals)
+_ENV_ASKED = re.compile(r"\b(?i:set(?:ting)?|export)\s+(?:the\s+)?(?:environment\s+variable\s+)?"
+                        r"`?([A-Z][A-Z0-9_]{2,})`?\s*(?:=|\bto\b)\s*`?([\w.:/-]+?)`?(?=[\s.,;]|$)")
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,9 @@ def _changes(message: str) -> list[tuple[int, str, str, str | None]]:
     ("Please set `NVTE_ROCM_ENABLE_MXFP8=1` to enable `mxfp8` recipe.", [(0, "set", "NVTE_ROCM_ENABLE_MXFP8", "1")]),
     ("Using tensor model parallelism or context parallelism require setting the environment variable "
      "CUDA_DEVICE_MAX_CONNECTIONS to 1", [(0, "set", "CUDA_DEVICE_MAX_CONNECTIONS", "1")]),
+    # Megatron-LM's CUDA-graph assertion opens its sentence with the verb
+    ("Setting NCCL_GRAPH_REGISTER=0 to avoid illegal memory access when using CUDA Graph with "
+     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.", [(0, "set", "NCCL_GRAPH_REGISTER", "0")]),
     # a switch's state after it is the action; "to use --x" is a condition, not an instruction
     ("GTP requires --ddp-average-in-collective off (the default)",
      [(0, "remove", "--ddp-average-in-collective", None)]),
