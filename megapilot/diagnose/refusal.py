@@ -27,7 +27,7 @@ _ASKS = {"use", "pass", "set", "specify", "add", "enable", "requires", "require"
          "try"}
 # "together with --x", "in conjunction with --x", "used with --x": the flag after "with" is asked for
 _ASKS_WITH = {"together", "conjunction", "used"}
-_FORBIDS = {"omit", "remove", "drop", "unset"}
+_FORBIDS = {"omit", "remove", "drop", "unset", "disable"}
 _NEGATIONS = {"not", "don't", "dont", "never"}
 _JOINERS = {",", "or", "and", ":", "(", ")", "the", "flag", "flags", "argument", "arguments", "`"}
 # Words that end a flag rather than give it a value.
@@ -40,7 +40,10 @@ _SWITCH_STATES: dict[str, Action] = {"off": "remove", "false": "remove", "disabl
                                      "true": "add", "enabled": "add"}
 _SUBJECT_REMOVED = re.compile(
     r"^(?:is|are) (?:deprecated|no longer (?:valid|supported|used)|not (?:supported|allowed|compatible)|disabled|"
-    r"obsolete|removed)|^should not be (?:used|set)|^(?:can ?not|must not) be used", re.IGNORECASE)
+    r"obsolete|removed)|^should not be (?:used|set)|^(?:can ?not|must not) be used|"
+    # "--x only supported with the distributed optimizer", "--x not supported with fp16 yet", "--x must be empty
+    # when ...": the flag is the feature the rest conditions, and leaving it out is always a way out
+    r"^(?:(?:is|are) )?(?:only|not) supported\b|^must be empty\b", re.IGNORECASE)
 _SUBJECT_ASKED = re.compile(
     r"^(?:is|are) required|^(?:must|should|needs? to) be (?:set|specified|provided|given|passed|enabled)",
     re.IGNORECASE)
@@ -48,7 +51,7 @@ _INVALID_CHOICE = re.compile(r"argument (--[a-z][\w-]*)(?:/[^:]*)?: invalid choi
 _UNRECOGNIZED = re.compile(r"unrecognized arguments:(.*)")
 # "set `NVTE_ROCM_ENABLE_MXFP8=1`", "setting the environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1", "Setting
 # NCCL_GRAPH_REGISTER=0 to avoid ..." (the verb in any case; the variable's name in capitals)
-_ENV_ASKED = re.compile(r"\b(?i:set(?:ting)?|export)\s+(?:the\s+)?(?:environment\s+variable\s+)?"
+_ENV_ASKED = re.compile(r"\b(?i:set(?:ting)?|export|requires?)\s+(?:the\s+)?(?:environment\s+variable\s+)?"
                         r"`?([A-Z][A-Z0-9_]{2,})`?\s*(?:=|\bto\b)\s*`?([\w.:/-]+?)`?(?=[\s.,;]|$)")
 
 

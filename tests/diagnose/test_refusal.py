@@ -55,6 +55,18 @@ def _changes(message: str) -> list[tuple[int, str, str, str | None]]:
      [(0, "remove", "--ddp-average-in-collective", None)]),
     ("To use --rl-offload-inference-model-weights-when-idle without UVM, set --rl-inference-tensor-parallel-size",
      [(0, "add", "--rl-inference-tensor-parallel-size", None)]),
+    # the flag a condition is said of ("only supported with", "not supported with", "must be empty"), "disable --x",
+    # and a variable a rule "requires": Megatron-LM core_v0.19.0's validate_args words
+    ("--overlap-param-gather-with-optimizer-step only supported with interleaved pipeline parallelism",
+     [(0, "remove", "--overlap-param-gather-with-optimizer-step", None)]),
+    ("--use-torch-fsdp2 not supported with fp16 yet", [(0, "remove", "--use-torch-fsdp2", None)]),
+    ("--cuda-graph-modules must be empty when --cuda-graph-impl=full_iteration.",
+     [(0, "remove", "--cuda-graph-modules", None)]),
+    ("GTP does not support the distributed-optimizer fully-reshardable + mem-efficient checkpoint mode. Disable "
+     "--distrib-optim-fully-reshardable-mem-efficient",
+     [(0, "remove", "--distrib-optim-fully-reshardable-mem-efficient", None)]),
+    ("GTP requires CUDA_GRAPHS_USE_NODE_PRIORITY=1 to make sure fine-grained GTP comms can be well overlapped",
+     [(0, "set", "CUDA_GRAPHS_USE_NODE_PRIORITY", "1")]),
     # a rule that names no flag: nothing to read
     ("num_layers (80) must be divisible by pipeline_model_parallel_size (3)", []),
 ])
