@@ -458,6 +458,17 @@ class RunConfig:
         return None not in (self.gpu, self.model, self.training, self.parallel)
 
 
+def _check_values_given(flags: LaunchFlags) -> None:
+    """A Megatron flag that takes a value, given none (`--fp8-recipe --bf16`): Megatron-LM's parser stops on it
+    ("expected one argument"), so it is refused by its name here too, not read as if absent or as a switch."""
+    parser = pinned_flags()
+    for name, value in flags.values.items():
+        spec = parser.get(name)
+        if value is None and spec is not None and spec.takes_value and spec.nargs not in ("*", "?"):
+            raise MegapilotError(f"{name} is given without its value ({flags.source})", field=name,
+                                 fix=f"give {name} its value, as Megatron-LM's parser requires")
+
+
 def _precision(flags: LaunchFlags) -> str:
     if flags.has("--fp4-format"):
         return "fp4"
@@ -1057,6 +1068,7 @@ def run_config(flags: LaunchFlags, *, gpu: GPUSpec | None = None, gpus: int | No
     if unset := flags.left_to_the_shell:  # read as absent: said, since a default now stands in for what ran
         notes.append(f"{', '.join(f'{name} {flags.values[name]}' for name in unset)}: set by the environment the "
                      "script runs in, not in the script; read as not given (pass them with --flags to use them)")
+    _check_values_given(flags)
     precision = _precision(flags)
     tp, pp, cp = (_megatron_int(flags, name) for name in ("--tensor-model-parallel-size",
                                                          "--pipeline-model-parallel-size", "--context-parallel-size"))

@@ -273,6 +273,17 @@ def test_a_bad_number_in_a_flag_is_an_error_naming_that_flag_and_its_value(flag:
     assert info.value.field == flag and repr(value) in info.value.problem and flag in (info.value.fix or "")
 
 
+@pytest.mark.parametrize("flag", ["--fp8-recipe", "--micro-batch-size", "--tokenizer-type"])
+def test_a_flag_given_without_its_value_is_refused_by_its_name(flag: str):
+    """`--fp8-recipe --bf16`: Megatron's parser stops on it ("expected one argument"); read as absent it was priced
+    as another run, and one rule indexed its missing value (an internal error)."""
+    with pytest.raises(MegapilotError) as info:
+        run_config(read_flags(flags=f"{SHAPE} --fp8-format hybrid {flag} --bf16"), gpus=8)
+    assert info.value.field == flag and "without its value" in info.value.problem
+    with pytest.raises(MegapilotError, match="--recompute-modules is given without"):  # nargs '+': at least one
+        run_config(read_flags(flags=f"{SHAPE} --recompute-granularity selective --recompute-modules"), gpus=8)
+
+
 def test_a_flag_that_may_be_zero_reads_zero_and_a_variable_the_script_leaves_to_its_environment_is_unknown():
     config = run_config(read_flags(flags=f"{SHAPE} --lr-warmup-iters 0 --cpu-offloading-num-layers 0"), gpus=8)
     assert config.training.lr_warmup_iters == 0 and config.parallel.cpu_offloading_num_layers == 0
