@@ -54,6 +54,10 @@ _UNRECOGNIZED = re.compile(r"unrecognized arguments:(.*)")
 _ENV_ASKED = re.compile(r"\b(?i:set(?:ting)?|export|requires?)\s+(?:the\s+)?(?:environment\s+variable\s+)?"
                         r"`?([A-Z][A-Z0-9_]{2,})`?\s*(?:=|\bto\b)\s*`?([\w.:/-]+?)`?(?=[\s.,;]|$)")
 
+# "unset NVTE_FLASH_ATTN, NVTE_FUSED_ATTN and NVTE_UNFUSED_ATTN" (Megatron-Core's attention-backend check)
+_ENV_UNSET = re.compile(r"\b(?i:unset)\s+((?:`?[A-Z][A-Z0-9_]{2,}`?(?:\s*,\s*(?:and\s+|or\s+)?|\s+(?:and|or)\s+)?)+)")
+_ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]{2,}")
+
 
 @dataclass(frozen=True)
 class NamedChange:
@@ -73,6 +77,8 @@ def changes_named_in(message: str) -> list[NamedChange]:
     changes = _argparse_changes(message) or _worded_changes(message)
     changes += [NamedChange("set", name, value, "named in the refusal", kind="env")
                 for name, value in _ENV_ASKED.findall(message)]
+    changes += [NamedChange("remove", name, None, "named in the refusal", kind="env")
+                for names in _ENV_UNSET.findall(message) for name in _ENV_NAME.findall(names)]
     seen: set[str] = set()
     unique = []
     for change in changes:

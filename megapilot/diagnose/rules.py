@@ -849,6 +849,9 @@ def _launcher_reported_exit(records: list[ErrorRecord], reported: ErrorRecord, s
 
 
 # What a Python exception that ended a rank asks for, when no signature of the taxonomy claimed it.
+# The exceptions Megatron's own configuration checks raise: their messages are read for the changes they name.
+_CHECK_EXCEPTIONS = ("AssertionError", "ValueError")
+
 _EXCEPTION_FIXES: dict[str, Fix] = {
     "ModuleNotFoundError": Fix("add", "python -c 'import <module>' in the job's image or venv", None,
                                "a package the code imports is missing where the ranks run (the container image, "
@@ -871,9 +874,12 @@ def _exception_crash(records: list[ErrorRecord], raised: ErrorRecord, severity: 
     frame = raised.details.get("frame", "")
     cause = (f"A rank raised {name}" + (f" in {frame}" if frame else "") + ": the traceback's last frames say where; "
              "the other ranks' errors, if any, followed it.")
-    fixes = [_EXCEPTION_FIXES[name]] if name in _EXCEPTION_FIXES else [
+    # an assertion or value check whose message names its own way out (Megatron-Core's model-building checks,
+    # raised after the arguments were validated): the refusal's fixes, as for a refused configuration
+    named = _refusal_fixes([raised]) if name in _CHECK_EXCEPTIONS else []
+    fixes = named or ([_EXCEPTION_FIXES[name]] if name in _EXCEPTION_FIXES else [
         Fix("add", "read the traceback above the exception line", None, "the last frames inside the training code "
-            "name the failing call and its arguments", kind="advice")]
+            "name the failing call and its arguments", kind="advice")])
     return Finding("process_crash", severity, f"{name}{_where_bare(raised)} ended the run{_ranks(records)}",
                    _evidence(records), cause, fixes, occurrences=len(records))
 

@@ -67,6 +67,11 @@ def _changes(message: str) -> list[tuple[int, str, str, str | None]]:
      [(0, "remove", "--distrib-optim-fully-reshardable-mem-efficient", None)]),
     ("GTP requires CUDA_GRAPHS_USE_NODE_PRIORITY=1 to make sure fine-grained GTP comms can be well overlapped",
      [(0, "set", "CUDA_GRAPHS_USE_NODE_PRIORITY", "1")]),
+    # variables to unset, listed (Megatron-Core's attention-backend check), beside the flag it names
+    ("NVTE_FLASH_ATTN set to 1, but expected 0 for attention backend type flash. unset NVTE_FLASH_ATTN, "
+     "NVTE_FUSED_ATTN and NVTE_UNFUSED_ATTN. Use the --attention-backend argument if you want to choose",
+     [(0, "add", "--attention-backend", None), (0, "remove", "NVTE_FLASH_ATTN", None),
+      (0, "remove", "NVTE_FUSED_ATTN", None), (0, "remove", "NVTE_UNFUSED_ATTN", None)]),
     # a rule that names no flag: nothing to read
     ("num_layers (80) must be divisible by pipeline_model_parallel_size (3)", []),
 ])

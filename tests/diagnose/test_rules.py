@@ -786,3 +786,22 @@ def test_a_nan_under_mxfp8_with_the_weight_gather_in_the_optimizer_step_names_th
                                         "--overlap-param-gather-with-optimizer-step"))
     [general] = diagnose_log(parse_text("\n".join(nan)), plain).findings
     assert all(fix.flag != "--overlap-param-gather-with-optimizer-step" for fix in general.fixes)
+
+
+def test_an_assertion_raised_while_the_model_is_built_gives_the_way_out_its_message_names():
+    """Megatron-Core checks the attention backend's variables while it builds the model, after the arguments passed:
+    the rank dies of an AssertionError whose message says what to unset, which is the fix (not "read the
+    traceback"). An exception that names nothing keeps the traceback advice."""
+    lines = ['[rank0]: Traceback (most recent call last):',
+             '[rank0]:   File "/opt/Megatron-LM/megatron/core/models/common/language_module/language_module.py", '
+             'line 118, in check_and_set_env_variable',
+             "[rank0]: AssertionError: NVTE_FLASH_ATTN set to 1, but expected 0 for attention backend type flash. "
+             "unset NVTE_FLASH_ATTN, NVTE_FUSED_ATTN and NVTE_UNFUSED_ATTN. Use the --attention-backend argument if "
+             "you want to choose between (flash/fused/unfused/auto/local). Default is auto."]
+    [finding] = diagnose_log(parse_text("\n".join(lines)), None).findings
+    assert finding.category == "process_crash"
+    assert {(fix.action, fix.flag) for fix in finding.fixes if fix.kind == "env"} == {
+        ("remove", "NVTE_FLASH_ATTN"), ("remove", "NVTE_FUSED_ATTN"), ("remove", "NVTE_UNFUSED_ATTN")}
+    bare = [*lines[:2], "[rank0]: AssertionError: the expert counts do not add up"]
+    [plain] = diagnose_log(parse_text("\n".join(bare)), None).findings
+    assert [fix.kind for fix in plain.fixes] == ["advice"]
