@@ -848,10 +848,10 @@ def _launcher_reported_exit(records: list[ErrorRecord], reported: ErrorRecord, s
                    fixes, occurrences=len(records))
 
 
-# What a Python exception that ended a rank asks for, when no signature of the taxonomy claimed it.
 # The exceptions Megatron's own configuration checks raise: their messages are read for the changes they name.
 _CHECK_EXCEPTIONS = ("AssertionError", "ValueError")
 
+# What a Python exception that ended a rank asks for, when no signature of the taxonomy claimed it.
 _EXCEPTION_FIXES: dict[str, Fix] = {
     "ModuleNotFoundError": Fix("add", "python -c 'import <module>' in the job's image or venv", None,
                                "a package the code imports is missing where the ranks run (the container image, "
