@@ -21,6 +21,7 @@ from megapilot.diagnose.predict import predict
 from megapilot.errors import MegapilotError
 from megapilot.estimate.cases import cross_domain_flex_backend
 from megapilot.estimate.moe_terms import a2a_overlap_runs, ep_leaves_domain
+from megapilot.launch.environment import GRAPH_REGISTRATION_OFF
 from megapilot.spec import ParallelConfig, Prediction, TrainingSpec, validate_layout
 from megapilot.spec.cuda_graphs import CudaGraphs, cuda_graph_refusal
 from megapilot.spec.validate import (
@@ -369,8 +370,8 @@ def _cuda_graphs_option(config: RunConfig) -> LayoutOption | None:
     extra = [change(flags, "--cuda-graph-impl", graphs.impl, why),
              change(flags, "--cuda-graph-scope", " ".join(graphs.scope), "what the graphs capture"),
              change(flags, "--te-rng-tracker", None, "graph-safe random streams"),
-             Fix("set", "NCCL_GRAPH_REGISTER", "0", "no NCCL buffer registration inside the graphs: Megatron-LM "
-                 "asserts it beside PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", kind="env")]
+             Fix("set", GRAPH_REGISTRATION_OFF.name, GRAPH_REGISTRATION_OFF.value, GRAPH_REGISTRATION_OFF.why,
+                 kind="env")]
     if "full_iteration" in graphs.scope:
         extra.append(change(flags, "--no-check-for-nan-in-loss-and-grad", None,
                             "the NaN check's host sync cannot sit inside the captured step (Megatron asserts it)"))

@@ -30,6 +30,13 @@ class EnvVar:
     unset: bool = False
 
 
+# What a launch that captures CUDA graphs exports beside the allocator's expandable segments (which every NVIDIA launch
+# sets): also what `optimize` adds with the graphs it offers.
+GRAPH_REGISTRATION_OFF = EnvVar(
+    "NCCL_GRAPH_REGISTER", "0", "no NCCL buffer registration inside CUDA graphs: beside expandable_segments:True it "
+    "makes illegal memory accesses, and Megatron-LM asserts it off for captured graphs (core_v0.16.0 on)")
+
+
 def launch_environment(plan: SavedPlan, options: LaunchOptions) -> list[EnvVar]:
     """The variables a launch exports, common ones first, then the vendor's, then the network's."""
     env = _common()
@@ -87,9 +94,7 @@ def _nvidia(plan: SavedPlan, options: LaunchOptions) -> list[EnvVar]:
                               f"keep {margin} SMs free of the {direction.lower()} norm kernels for "
                               "the overlapped TP communication (--tp-comm-overlap)"))
     if options.cuda_graphs is not None and gpu_kernels_available(options):
-        env.append(EnvVar("NCCL_GRAPH_REGISTER", "0", "no NCCL buffer registration inside CUDA graphs: beside "
-                          "expandable_segments:True it makes illegal memory accesses, and Megatron-LM asserts it off "
-                          "for captured graphs (core_v0.16.0 on)"))
+        env.append(GRAPH_REGISTRATION_OFF)
     if plan.training.precision == "nvfp4":
         env.append(EnvVar("NVTE_USE_FAST_MATH", "1", "Transformer Engine's fast-math NVFP4 casts: the Hadamard-"
                           "transformed quantisation takes an approximate reciprocal (Megatron-Bridge's NVFP4 recipes "

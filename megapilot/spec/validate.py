@@ -719,8 +719,7 @@ def overlaps_assumed(gpu: GPUSpec, precision: str, p: ParallelConfig | None = No
     where they change it: TP's under the GEMMs where it runs (`tp_comm_overlap_runs`), the DP reduction's and the
     parameter gather's under the backward and forward where data parallelism reduces. `p` None: a plan's layouts,
     each where it runs. A script without them is priced as written by `optimize --script`."""
-    tp = (tp_comm_overlap_runs(gpu, p, precision) if p is not None
-          else gpu.vendor == "NVIDIA" and precision != "nvfp4")
+    tp = tp_comm_overlap_runs(gpu, p, precision)
     dp = p is None or p.dp * p.cp > 1
     if gpu.vendor == "CPU" or not (tp or dp):
         return None
@@ -735,13 +734,15 @@ def bf16_gradients_would_change(training: TrainingSpec, gpu: GPUSpec) -> bool:
     return training.main_grad_bytes == FP32_GRAD_BYTES and gpu.vendor != "CPU"
 
 
-def tp_comm_overlap_runs(gpu: GPUSpec, p: ParallelConfig, precision: str) -> bool:
+def tp_comm_overlap_runs(gpu: GPUSpec, p: ParallelConfig | None, precision: str) -> bool:
     """Whether Transformer Engine's userbuffers overlap of the TP all-gathers and reduce-scatters with the GEMMs
     (--tp-comm-overlap) can run: CUDA only (NVLink), with sequence parallelism (Megatron asserts it; it needs TP >
     1), and not under NVFP4: Megatron-Bridge's performance recipes turn it off for every NVFP4 run (v0.2-v0.4,
     `tp_comm_overlap = False if precision == "nvfp4"`; later ones name the FP4 parameter gather as what it does not
-    run with). What `script` writes, what `estimate` and `plan` price by default, what `optimize` may offer."""
-    return gpu.vendor == "NVIDIA" and p.tp > 1 and p.sequence_parallel and precision != "nvfp4"
+    run with). What `script` writes, what `estimate` and `plan` price by default, what `optimize` may offer. `p`
+    None: on some layout of this GPU and precision (a plan's, before its layout is chosen)."""
+    layout_runs = p is None or (p.tp > 1 and p.sequence_parallel)
+    return gpu.vendor == "NVIDIA" and layout_runs and precision != "nvfp4"
 
 
 def _warnings(model: ModelSpec, training: TrainingSpec, p: ParallelConfig) -> list[str]:
