@@ -33,7 +33,9 @@ _SAME_SETTING: tuple[frozenset[str], ...] = (
 # Without the GPU type, only the sections that follow from the layout alone are rendered: the precision,
 # performance and environment choices depend on the vendor and generation and would be guessed.
 _LAYOUT_SECTIONS = ("parallelism", "Megatron-FSDP", "activation recompute", "training", "checkpoints")
-_STAND_IN_GPU = "h100"  # renders the layout sections when the GPU is unknown; nothing GPU-specific is kept
+# Render the layout sections when the GPU is unknown (nothing GPU-specific is kept): the first that runs the launch's
+# precision, since the renderer refuses one its GPU lacks (an H100 has no MXFP8 or NVFP4, a B200 no MXFP4).
+_STAND_IN_GPUS = ("h100", "b200", "mi355x")
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,7 @@ def rendered_launch(config: RunConfig, parallel: ParallelConfig, training: Train
     """The launch package's flags and environment for `parallel`, checked by the same rules `megapilot script`
     applies before writing (Megatron's validate_args and TransformerConfig); MegapilotError where it refuses."""
     assert config.model is not None
-    cluster = config.cluster or ClusterSpec.from_gpu_count(_stand_in_gpu(), config.world_size)
+    cluster = config.cluster or ClusterSpec.from_gpu_count(_stand_in_gpu(training), config.world_size)
     plan = SavedPlan(model=config.model, cluster=cluster, training=training, parallel=parallel)
     # Data flags do not depend on the layout (mock data renders anywhere); the checkpoint directories do: a run
     # that saves or loads keeps a distributed format, which some overlaps are refused beside.
@@ -72,8 +74,10 @@ def rendered_launch(config: RunConfig, parallel: ParallelConfig, training: Train
                           env_reason={v.name: v.why for v in env})
 
 
-def _stand_in_gpu() -> GPUSpec:
-    return get_gpu(_STAND_IN_GPU)
+def _stand_in_gpu(training: TrainingSpec) -> GPUSpec:
+    gpus = [get_gpu(name) for name in _STAND_IN_GPUS]
+    return next((gpu for gpu in gpus if gpu.supports(training.precision)
+                 and (training.precision != "fp8" or gpu.supports_fp8_recipe(training.fp8_recipe))), gpus[0])
 
 
 def layout_flag_changes(config: RunConfig, parallel: ParallelConfig, training: TrainingSpec | None = None, *,
@@ -88,7 +92,7 @@ def layout_flag_changes(config: RunConfig, parallel: ParallelConfig, training: T
     now = rendered_launch(config, config.parallel, config.training)
     then = rendered_launch(config, parallel, training)
     why = dict(reasons or {})
-    fixes = _with_companions(config, then, _flag_edits(config, now, then, label, why), label)
+    fixes = _with_companions(config, training, then, _flag_edits(config, now, then, label, why), label)
     return fixes + _env_edits(now, then, label, why)
 
 
@@ -115,7 +119,8 @@ def _flag_edits(config: RunConfig, now: RenderedLaunch, then: RenderedLaunch, la
     return fixes
 
 
-def _with_companions(config: RunConfig, then: RenderedLaunch, fixes: list[Fix], label: str) -> list[Fix]:
+def _with_companions(config: RunConfig, training: TrainingSpec, then: RenderedLaunch, fixes: list[Fix],
+                     label: str) -> list[Fix]:
     """The edits, with the companions Megatron requires beside them that the user's own flags lack.
 
     The edits are a difference of two renderings, so a flag both renderings write (`--overlap-param-gather`) is
@@ -125,7 +130,7 @@ def _with_companions(config: RunConfig, then: RenderedLaunch, fixes: list[Fix], 
     it lifts the first of those refusals without adding one (a companion can need its own:
     `--overlap-param-gather` needs `--overlap-grad-reduce`). MegapilotError when none does.
     """
-    gpu = config.gpu or _stand_in_gpu()
+    gpu = config.gpu or _stand_in_gpu(training)  # the proposal's precision, which the edits may change
     before = {exc.problem for exc in _refusals(config.flags, gpu)}
 
     def new_refusals(edits: list[Fix]) -> list[MegapilotError]:

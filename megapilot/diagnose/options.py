@@ -278,9 +278,7 @@ def _overlap_options(config: RunConfig) -> Iterator[LayoutOption | None]:
     flags, p, model = config.flags, config.parallel, config.model
     assert p is not None and model is not None and config.training is not None
     # where it runs on this GPU; with none named, wherever NVIDIA's would run it
-    runs = (tp_comm_overlap_runs(config.gpu, p, config.training.precision) if config.gpu is not None
-            else p.tp > 1 and p.sequence_parallel)
-    if runs and not flags.has("--tp-comm-overlap"):
+    if tp_comm_overlap_runs(config.gpu, p, config.training.precision) and not flags.has("--tp-comm-overlap"):
         yield proposed_layout(config, "TP communication overlap", p, extra=(change(
             flags, "--tp-comm-overlap", None,
             "overlap TP all-gather/reduce-scatter with GEMMs (needs SP, Transformer Engine)"),))

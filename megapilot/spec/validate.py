@@ -734,15 +734,16 @@ def bf16_gradients_would_change(training: TrainingSpec, gpu: GPUSpec) -> bool:
     return training.main_grad_bytes == FP32_GRAD_BYTES and gpu.vendor != "CPU"
 
 
-def tp_comm_overlap_runs(gpu: GPUSpec, p: ParallelConfig | None, precision: str) -> bool:
+def tp_comm_overlap_runs(gpu: GPUSpec | None, p: ParallelConfig | None, precision: str) -> bool:
     """Whether Transformer Engine's userbuffers overlap of the TP all-gathers and reduce-scatters with the GEMMs
     (--tp-comm-overlap) can run: CUDA only (NVLink), with sequence parallelism (Megatron asserts it; it needs TP >
     1), and not under NVFP4: Megatron-Bridge's performance recipes turn it off for every NVFP4 run (v0.2-v0.4,
     `tp_comm_overlap = False if precision == "nvfp4"`; later ones name the FP4 parameter gather as what it does not
     run with). What `script` writes, what `estimate` and `plan` price by default, what `optimize` may offer. `p`
-    None: on some layout of this GPU and precision (a plan's, before its layout is chosen)."""
+    None: on some layout of this GPU and precision (a plan's, before its layout is chosen); `gpu` None: on an NVIDIA
+    GPU (a script read without one named)."""
     layout_runs = p is None or (p.tp > 1 and p.sequence_parallel)
-    return gpu.vendor == "NVIDIA" and layout_runs and precision != "nvfp4"
+    return (gpu is None or gpu.vendor == "NVIDIA") and layout_runs and precision != "nvfp4"
 
 
 def _warnings(model: ModelSpec, training: TrainingSpec, p: ParallelConfig) -> list[str]:

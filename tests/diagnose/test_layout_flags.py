@@ -110,6 +110,16 @@ def test_without_a_gpu_only_the_layout_sections_are_rendered() -> None:
     assert ("set", "--tensor-model-parallel-size", "4") in {(f.action, f.flag, f.value) for f in fixes}
 
 
+@pytest.mark.parametrize("precision", ["--fp8-format e4m3 --fp8-recipe mxfp8", "--fp4-format e2m1 --fp4-recipe nvfp4",
+                                       "--fp8-format e4m3 --fp8-recipe blockwise"])
+def test_without_a_gpu_a_block_scaled_launch_still_gets_its_layout_edits(precision: str) -> None:
+    """The layout sections are rendered on a stand-in GPU that runs the launch's precision: on an H100 an MXFP8 or
+    NVFP4 launch was refused, and `diagnose` on its OOM offered no memory fix at all."""
+    config = _config(f"{BASE} {precision}", gpu=None)
+    fixes = layout_flag_changes(config, _target(config, tp=4, dp=2), label="tp4")
+    assert ("set", "--tensor-model-parallel-size", "4") in {(f.action, f.flag, f.value) for f in fixes}
+
+
 def test_a_layout_the_launch_refuses_raises_the_user_error() -> None:
     config = _config(BASE + " --pipeline-model-parallel-size 2")
     with pytest.raises(MegapilotError):  # Megatron-FSDP with pipeline parallelism

@@ -143,6 +143,10 @@ def test_tp_communication_overlap_is_not_offered_under_nvfp4():
     assert "TP communication overlap" not in {o.label for o in throughput_options(_config(flags, gpu="b200"))}
     assert "TP communication overlap" in {o.label for o in throughput_options(_config(
         flags.replace("--fp4-format e2m1 --fp4-recipe nvfp4", "--fp8-format e4m3 --fp8-recipe mxfp8"), gpu="b200"))}
+    # with no GPU named the precision still rules it out: no GPU runs it under NVFP4
+    assert "TP communication overlap" not in {o.label for o in throughput_options(_config(flags, gpu=None))}
+    bf16 = _config(LLAMA3_8B + " --sequence-parallel", gpu=None)
+    assert "TP communication overlap" in {o.label for o in throughput_options(bf16)}
 
 
 def test_fp8_is_offered_only_on_a_gpu_that_has_it():
