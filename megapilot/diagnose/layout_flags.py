@@ -52,7 +52,7 @@ def rendered_launch(config: RunConfig, parallel: ParallelConfig, training: Train
     """The launch package's flags and environment for `parallel`, checked by the same rules `megapilot script`
     applies before writing (Megatron's validate_args and TransformerConfig); MegapilotError where it refuses."""
     assert config.model is not None
-    cluster = config.cluster or ClusterSpec.from_gpu_count(_stand_in_gpu(training), config.world_size)
+    cluster = config.cluster or stand_in_cluster(config, training)
     plan = SavedPlan(model=config.model, cluster=cluster, training=training, parallel=parallel)
     # Data flags do not depend on the layout (mock data renders anywhere); the checkpoint directories do: a run
     # that saves or loads keeps a distributed format, which some overlaps are refused beside.
@@ -72,6 +72,12 @@ def rendered_launch(config: RunConfig, parallel: ParallelConfig, training: Train
     env = launch_environment(plan, options)
     return RenderedLaunch(flags=flags, section_of=section_of, env={v.name: None if v.unset else v.value for v in env},
                           env_reason={v.name: v.why for v in env})
+
+
+def stand_in_cluster(config: RunConfig, training: TrainingSpec) -> ClusterSpec:
+    """The launch's GPU count on a stand-in GPU that runs `training`'s precision, for a launch whose GPU is unknown:
+    what renders and checks its layout, never what prices it."""
+    return ClusterSpec.from_gpu_count(_stand_in_gpu(training), config.world_size)
 
 
 def _stand_in_gpu(training: TrainingSpec) -> GPUSpec:

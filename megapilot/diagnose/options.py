@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from megapilot.diagnose.findings import Fix
 from megapilot.diagnose.flags import LaunchFlags, RunConfig, apply_fixes, cuda_graphs_of, run_config
-from megapilot.diagnose.layout_flags import layout_flag_changes
+from megapilot.diagnose.layout_flags import layout_flag_changes, stand_in_cluster
 from megapilot.diagnose.predict import predict
 from megapilot.errors import MegapilotError
 from megapilot.estimate.cases import cross_domain_flex_backend
@@ -25,7 +25,6 @@ from megapilot.launch.environment import GRAPH_REGISTRATION_OFF
 from megapilot.spec import ParallelConfig, Prediction, TrainingSpec, validate_layout
 from megapilot.spec.cuda_graphs import CudaGraphs, cuda_graph_refusal
 from megapilot.spec.validate import (
-    check_optimizer,
     flex_dispatcher_refusal,
     light_recompute_modules,
     most_offloaded_layers,
@@ -62,16 +61,18 @@ def remove(name: str, reason: str) -> Fix:
 
 
 def _layout(config: RunConfig, **update: object) -> ParallelConfig | None:
-    """The current layout with some fields changed, DP re-derived; None if Megatron would refuse it."""
+    """The current layout with some fields changed, DP re-derived; None if Megatron would refuse it. With the GPU
+    unknown, the layout's rules are checked on a stand-in (an interleaving finer than the layers, 64 virtual stages of
+    32 layers, was proposed and rendered as --num-layers-per-virtual-pipeline-stage 0), all but how many GPUs a node
+    holds (TP beyond a node is the user's to know)."""
     assert config.parallel is not None and config.model is not None and config.training is not None
     fields = config.parallel.model_dump(exclude={"dp"}) | update
     if fields["tp"] == 1:
         fields["sequence_parallel"] = False
     try:
         parallel = ParallelConfig.for_world(config.world_size, **fields)  # MegapilotError if TP*PP*CP does not divide
-        check_optimizer(config.training, parallel)  # what validate_layout refuses beside Muon, GPU known or not
-        if config.cluster is not None:
-            validate_layout(config.model, config.cluster, config.training, parallel)
+        validate_layout(config.model, config.cluster or stand_in_cluster(config, config.training), config.training,
+                        parallel, allow_tp_across_nodes=config.cluster is None)
     except (MegapilotError, ValueError):
         return None
     return parallel

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from megapilot.catalog.gpus import get_gpu
 from megapilot.diagnose.flags import apply_fixes, read_flags, run_config
 from megapilot.diagnose.options import (
@@ -127,6 +129,17 @@ def test_the_all_to_all_overlap_is_not_offered_beside_graph_scopes_megatron_refu
                                 "--cuda-graph-scope moe")
     assert graphed.options.cuda_graphs is not None
     assert "expert all-to-all overlap" not in {o.label for o in throughput_options(graphed)}
+
+
+@pytest.mark.parametrize("gpu", ["h100", None])
+def test_no_option_interleaves_finer_than_the_layers_gpu_known_or_not(gpu: str | None):
+    """32 layers on PP 2 x VPP 16 (one layer per virtual stage): doubling PP leaves half a layer per stage. Without a
+    GPU the layout went unchecked and was rendered as --num-layers-per-virtual-pipeline-stage 0, which stopped
+    `diagnose` on the run's OOM with an error about a flag the user never wrote."""
+    config = _config(LLAMA3_8B.replace("--tensor-model-parallel-size 2", "--tensor-model-parallel-size 1")
+                     + " --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1", gpu=gpu)
+    labels = {o.label for o in memory_options(config) + throughput_options(config)}
+    assert "pipeline parallel 4" not in labels and "distributed optimizer" in labels
 
 
 def test_tp_communication_overlap_is_offered_only_where_userbuffers_exist():
