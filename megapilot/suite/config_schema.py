@@ -93,7 +93,9 @@ class SmokeConfig(_Forbid):
     enabled: BoolLike = True
     iters: IntLike = Field(default=10, gt=0, le=MAX_ITERATIONS)
     micro_batch_size: IntLike = Field(default=1, gt=0)
-    global_batch_size: Annotated[int | None, BeforeValidator(lambda v: None if v in ("", None) else v)] = None
+    # None: the smoke default for the node count (cells.smoke_cell); a value must be a positive batch
+    global_batch_size: Annotated[Annotated[int, Field(gt=0)] | None,
+                                 BeforeValidator(lambda v: None if v in ("", None) else v)] = None
     precision: PrecisionName = "BF16"
 
 

@@ -42,6 +42,8 @@ def test_cvs_string_values_are_read_as_their_types() -> None:
 def test_iteration_and_size_bounds_refuse_a_typo() -> None:
     _refused(SmokeConfig, {"iters": MAX_ITERATIONS + 1}, "iters")
     _refused(SmokeConfig, {"iters": 0}, "iters")
+    _refused(SmokeConfig, {"global_batch_size": -1}, "global_batch_size")  # was an internal error at the cell
+    _refused(SmokeConfig, {"global_batch_size": "0"}, "global_batch_size")  # was taken as unset
     _refused(LossCurveConfig, {"milestone_steps": [100, 0]}, "milestone_steps")
     _refused(Sweep, {"repeats": 0}, "repeats")
     _refused(StragglerConfig, {"max_ratio": 1.0}, "max_ratio")  # a node equal to the median is no straggler
