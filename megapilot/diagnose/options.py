@@ -62,9 +62,9 @@ def remove(name: str, reason: str) -> Fix:
 
 def _layout(config: RunConfig, **update: object) -> ParallelConfig | None:
     """The current layout with some fields changed, DP re-derived; None if Megatron would refuse it. With the GPU
-    unknown, the layout's rules are checked on a stand-in (an interleaving finer than the layers, 64 virtual stages of
-    32 layers, was proposed and rendered as --num-layers-per-virtual-pipeline-stage 0), all but how many GPUs a node
-    holds (TP beyond a node is the user's to know)."""
+    unknown, the layout's rules are checked on a stand-in all the same (unchecked, an interleaving finer than the
+    layers would be written as --num-layers-per-virtual-pipeline-stage 0), all but how many GPUs a node holds (TP
+    beyond a node is the user's to know)."""
     assert config.parallel is not None and config.model is not None and config.training is not None
     fields = config.parallel.model_dump(exclude={"dp"}) | update
     if fields["tp"] == 1:
