@@ -10,14 +10,20 @@ The reading walks the message word by word: a verb that asks for a flag (use, pa
 together with, ...) makes the flags after it additions, with the value that follows them; a verb that
 forbids one (omit, remove, drop, do not use) makes them removals; any other word ends the verb's reach. A
 flag that is itself the subject of "is deprecated" / "is no longer valid" / "is not supported" is a removal,
-of "is required" / "must be set" / "should be set" an addition.
+of "is required" / "must be set" / "should be set" an addition; so is an argument the message names as the code
+holds it ("overlap_grad_reduce is only supported with ..."), read as its flag from Megatron-LM's own parser tables.
+A Transformer Engine release the message asks for ("requires TE version >= 2.12.0") is a way out of its own: a newer
+image, with the command that says which one the ranks have.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
+
+from megapilot.launch.megatron_args import committed_tables
 
 Action = Literal["add", "set", "remove"]
 
@@ -57,6 +63,12 @@ _ENV_ASKED = re.compile(r"\b(?i:set(?:ting)?|export|requires?)\s+(?:the\s+)?(?:e
 # "unset NVTE_FLASH_ATTN, NVTE_FUSED_ATTN and NVTE_UNFUSED_ATTN" (Megatron-Core's attention-backend check)
 _ENV_UNSET = re.compile(r"\b(?i:unset)\s+((?:`?[A-Z][A-Z0-9_]{2,}`?(?:\s*,\s*(?:and\s+|or\s+)?|\s+(?:and|or)\s+)?)+)")
 _ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]{2,}")
+# "requires TE version >= 2.12.0", "only supported with TE >= 2.8.0", "Please install TE >= 2.1.0", "requires
+# TransformerEngine version >= 1.5", "Transformer Engine >= 2.0 is required": Megatron-Core's is_te_min_version checks.
+# The container's Transformer Engine is older than a feature the flags turn on.
+_TE_VERSION_NEEDED = re.compile(r"\b(?:TE|Transformer ?Engine|transformer_engine)(?:\s+version)?\s*(?:>=|≥)\s*"
+                                r"v?(\d+\.\d+(?:\.\d+)?)", re.IGNORECASE)
+TE_VERSION_CHECK = "python -c 'import transformer_engine as te; print(te.__version__)'"
 
 
 @dataclass(frozen=True)
@@ -68,17 +80,23 @@ class NamedChange:
     flag: str
     value: str | None
     reason: str
-    kind: Literal["megatron_flag", "env"] = "megatron_flag"
+    kind: Literal["megatron_flag", "env", "advice", "command"] = "megatron_flag"
     alternative: int = 0  # "use --a, or omit --b": two ways out, numbered in the message's order
 
 
 def changes_named_in(message: str) -> list[NamedChange]:
     """The flag changes the message asks for, in its order, each flag once."""
-    changes = _argparse_changes(message) or _worded_changes(message)
+    changes = _argparse_changes(message) or _worded_changes(_DEST.sub(_as_flag, message))
     changes += [NamedChange("set", name, value, "named in the refusal", kind="env")
                 for name, value in _ENV_ASKED.findall(message)]
     changes += [NamedChange("remove", name, None, "named in the refusal", kind="env")
                 for names in _ENV_UNSET.findall(message) for name in _ENV_NAME.findall(names)]
+    if (version := transformer_engine_needed(message)) is not None:  # a way out beside turning the feature off
+        upgrade = max((change.alternative + 1 for change in changes), default=0)
+        changes += [NamedChange("add", f"run Transformer Engine {version} or newer (a newer container image)", None,
+                                "what the feature needs", kind="advice", alternative=upgrade),
+                    NamedChange("add", TE_VERSION_CHECK, None, "the version the ranks' image has", kind="command",
+                                alternative=upgrade)]
     seen: set[str] = set()
     unique = []
     for change in changes:
@@ -86,6 +104,38 @@ def changes_named_in(message: str) -> list[NamedChange]:
             seen.add(change.flag)
             unique.append(change)
     return unique
+
+
+# An argument named as the code holds it, not as args.<name> and not as a call: read as its flag where it is the
+# subject of a removal or a request ("overlap_grad_reduce is only supported with ...", "linear_key_head_dim must be
+# set for ..."), and only there (after "set", "enable" or "in" the sentence says more than the word walk reads:
+# "set use_te_activation_func to False", "moe_act in recompute_modules").
+_DEST = re.compile(r"(?<![\w.`-])[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?![\w.(`-])")
+
+
+@lru_cache(maxsize=1)
+def _flag_of_dest() -> dict[str, str]:
+    """Megatron-LM's flags by the argument name they set, the newest release's first: switches and one-value flags.
+    An inverted switch (--no-x, whose argument is x) is left out, its argument's name says the opposite of the flag;
+    so is a list (--recompute-modules), where a message names one of its entries, not the whole flag."""
+    flags: dict[str, str] = {}
+    for table in reversed(committed_tables()):
+        for flag in table.flags.values():
+            if flag.action != "store_false" and not flag.takes_many and flag.name == "--" + flag.dest.replace("_", "-"):
+                flags.setdefault(flag.dest, flag.name)
+    return flags
+
+
+def _as_flag(found: re.Match[str]) -> str:
+    rest = found.string[found.end():].lstrip()
+    subject = _SUBJECT_REMOVED.match(rest) or _SUBJECT_ASKED.match(rest)
+    return _flag_of_dest().get(found.group(0), found.group(0)) if subject else found.group(0)
+
+
+def transformer_engine_needed(message: str) -> str | None:
+    """The Transformer Engine release the message asks for ("2.12.0"), or None."""
+    found = _TE_VERSION_NEEDED.search(message)
+    return found.group(1) if found else None
 
 
 def _argparse_changes(message: str) -> list[NamedChange]:

@@ -72,7 +72,7 @@ from megapilot.diagnose.options import (
     memory_options,
     throughput_options,
 )
-from megapilot.diagnose.refusal import changes_named_in
+from megapilot.diagnose.refusal import changes_named_in, transformer_engine_needed
 from megapilot.diagnose.step_change import JUMP_WINDOW, StepChange, find_step_change
 from megapilot.diagnose.stopped import megapilot_stop
 from megapilot.estimate.coverage import band_for
@@ -680,6 +680,12 @@ def _config(records: list[ErrorRecord], log: ParsedLog, config: RunConfig | None
     if not fixes:
         fixes.append(Fix("add", "megapilot script --check", None, "re-check the flags against Megatron's rules",
                          kind="command"))
+    te_version = next((v for r in records if (v := transformer_engine_needed(r.text)) is not None), None)
+    if te_version is not None:
+        return Finding("config_error", "critical", f"Megatron needs Transformer Engine {te_version} or newer for "
+                       "these flags", _evidence(records),
+                       "A feature the flags turn on needs a newer Transformer Engine than the one the ranks' image "
+                       "has: run a newer image, or turn that feature off.", fixes, occurrences=len(records))
     return Finding("config_error", "critical", "Megatron refused the configuration", _evidence(records),
                    "Argument parsing or validation failed before training started; the quoted line names the rule.",
                    fixes, occurrences=len(records))
@@ -876,7 +882,8 @@ def _exception_crash(records: list[ErrorRecord], raised: ErrorRecord, severity: 
              "the other ranks' errors, if any, followed it.")
     # an assertion or value check whose message names its own way out (Megatron-Core's model-building checks,
     # raised after the arguments were validated): the refusal's fixes, as for a refused configuration
-    named = _refusal_fixes([raised]) if name in _CHECK_EXCEPTIONS else []
+    # a check's own words name its way out; so does any exception that asks for a newer Transformer Engine
+    named = _refusal_fixes([raised]) if name in _CHECK_EXCEPTIONS or transformer_engine_needed(raised.text) else []
     fixes = named or ([_EXCEPTION_FIXES[name]] if name in _EXCEPTION_FIXES else [
         Fix("add", "read the traceback above the exception line", None, "the last frames inside the training code "
             "name the failing call and its arguments", kind="advice")])

@@ -72,6 +72,17 @@ def _changes(message: str) -> list[tuple[int, str, str, str | None]]:
      "NVTE_FUSED_ATTN and NVTE_UNFUSED_ATTN. Use the --attention-backend argument if you want to choose",
      [(0, "add", "--attention-backend", None), (0, "remove", "NVTE_FLASH_ATTN", None),
       (0, "remove", "NVTE_FUSED_ATTN", None), (0, "remove", "NVTE_UNFUSED_ATTN", None)]),
+    # an argument named as the code holds it, where it is the subject of a removal or a request (core_v0.19.0's
+    # validate_args and TransformerConfig); not elsewhere in the sentence, nor a list's entry, nor an inverted switch
+    ("check_weight_hash_across_dp_replicas_interval is not supported with optim_grads_params",
+     [(0, "remove", "--check-weight-hash-across-dp-replicas-interval", None)]),
+    ("overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute",
+     [(0, "add", "--overlap-moe-expert-parallel-comm", None)]),
+    ("When using group limited routing, moe_router_num_groups must be specified.",
+     [(0, "add", "--moe-router-num-groups", None)]),
+    ("TransformerEngine only support gelu, geglu, silu, swiglu, relu, reglu. If you don't want to use "
+     "TransformerEngine activation function, set use_te_activation_func to False", []),
+    ("moe_act in recompute_modules is only supported with moe_grouped_gemm.", []),
     # a rule that names no flag: nothing to read
     ("num_layers (80) must be divisible by pipeline_model_parallel_size (3)", []),
 ])
@@ -82,3 +93,26 @@ def test_the_changes_a_refusal_names(message: str, expected: list[tuple[int, str
 def test_an_environment_change_is_marked_as_one() -> None:
     (change,) = changes_named_in("Please set `NVTE_ROCM_ENABLE_MXFP8=1` to enable `mxfp8` recipe.")
     assert change.kind == "env"
+
+
+TE_CHECK = "python -c 'import transformer_engine as te; print(te.__version__)'"
+
+
+@pytest.mark.parametrize(("message", "version", "ways"), [
+    ("CUDA graph with delay_wgrad_compute requires TE version >= 2.12.0.", "2.12.0", []),
+    ("fused_permute is not available. Please install TE >= 2.1.0.", "2.1.0", []),
+    ("use_te_rng_tracker requires TransformerEngine version >= 1.5", "1.5", []),
+    ("Transformer Engine >= 2.0 is required for dequantizing parameters.", "2.0", []),
+    # the feature's own flag is the other way out
+    ("overlap_grad_reduce is only supported with TE >= 2.8.0 when enabling delay_wgrad_compute", "2.8.0",
+     [(0, "remove", "--overlap-grad-reduce", None)]),
+    ("--qk-clip is only supported with TE >= 2.9.0.", "2.9.0", [(0, "remove", "--qk-clip", None)]),
+])
+def test_a_transformer_engine_too_old_is_named_with_its_version_and_the_check(
+        message: str, version: str, ways: list[tuple[int, str, str, str | None]]) -> None:
+    """Megatron-Core's is_te_min_version checks: the ranks' image has an older Transformer Engine than a feature the
+    flags turn on needs; a newer image is a way out beside turning the feature off."""
+    upgrade = len(ways)
+    assert _changes(message) == [*ways, (upgrade, "add", f"run Transformer Engine {version} or newer (a newer "
+                                          "container image)", None), (upgrade, "add", TE_CHECK, None)]
+    assert [c.kind for c in changes_named_in(message)][-2:] == ["advice", "command"]

@@ -457,6 +457,19 @@ def test_a_refusal_gets_the_changes_its_message_names_as_ways_out():
         ("remove", "--cross-entropy-loss-fusion", None, "way 2 of 2")]
 
 
+def test_a_transformer_engine_older_than_the_flags_need_is_said_so_by_validate_args_or_any_exception():
+    refused = diagnose_log(parse_text(
+        "Traceback (most recent call last):\n"
+        '  File "/opt/Megatron-LM/megatron/training/arguments.py", line 1837, in validate_args\n'
+        "AssertionError: CUDA graph with delay_wgrad_compute requires TE version >= 2.12.0."), None).findings[0]
+    assert refused.category == "config_error" and "Transformer Engine 2.12.0 or newer" in refused.title
+    raised = diagnose_log(parse_text(
+        "Traceback (most recent call last):\n"
+        '  File "/opt/Megatron-LM/megatron/core/tensor_parallel/random.py", line 250, in manual_seed\n'
+        "RuntimeError: use_te_rng_tracker requires TransformerEngine version >= 1.5"), None).findings[0]
+    assert [f.kind for f in raised.fixes] == ["advice", "command"] and "1.5 or newer" in raised.fixes[0].flag
+
+
 def test_a_refusal_that_names_no_flag_sends_the_user_to_the_flag_check():
     (finding,) = diagnose_log(parse_text("AssertionError: num_layers (80) must be divisible by "
                                          "pipeline_model_parallel_size (3)"), None).findings
