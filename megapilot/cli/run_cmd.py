@@ -362,6 +362,27 @@ class _PlanData:
                                  fix="add --data-path PREFIX, or drop --tokenizer-type")
 
 
+def _refuse_what_bash_cannot_run(script: Path) -> None:
+    """A saved plan, a Primus experiment or a binary given where the launch script goes: bash would run a plan's
+    lines as commands and fail on the first ('version:: command not found'), after the run had started."""
+    try:
+        head = script.read_bytes()[:4096]
+    except OSError as exc:
+        raise MegapilotError(f"cannot read {script} ({exc.strerror})", field="script",
+                             fix="pass a readable bash launch script") from None
+    text = head.decode("utf-8", errors="replace").lstrip()
+    if text.startswith("{"):
+        raise MegapilotError(f"{script} is JSON (a saved plan?), not a bash launch script", field="script",
+                             fix=f"run a saved plan with --plan: megapilot run --plan {script}")
+    if script.suffix in (".yaml", ".yml"):
+        raise MegapilotError(f"{script} is YAML (a Primus experiment?), not a bash launch script", field="script",
+                             fix="run the launch script that names it (`megapilot script --launcher primus` writes "
+                                 "both)")
+    if b"\0" in head:
+        raise MegapilotError(f"{script} is a binary file, not a bash launch script", field="script",
+                             fix="pass the path of a bash launch script (e.g. one from `megapilot script`)")
+
+
 def _job_from_flags(script: Path | None, plan: Path | None, executor: str, run_dir: Path, combo: str | None,
                     hang_timeout_s: float | None, hang_factor: float, startup_timeout_s: float,
                     timeout_s: float | None, train_iters: int | None,
@@ -395,6 +416,7 @@ def _job_from_flags(script: Path | None, plan: Path | None, executor: str, run_d
         if not script.is_file():
             raise MegapilotError(f"{script} does not exist or is not a file", field="script",
                                  fix="pass the path of a bash launch script (e.g. one from `megapilot script`)")
+        _refuse_what_bash_cannot_run(script)
         launch_flags = _ScriptFlags.read(script)
         # the script decides its ranks per node: a record of the default (1) would misstate the run (job.json)
         return _job_spec(job_spec_or_error, combo=_default_combo(script.stem) if combo is None else combo,

@@ -97,6 +97,21 @@ def test_plan_that_is_not_json_or_not_a_plan_is_a_user_error(cli, tmp_path):
     assert "plan.model" in second.stderr and "fix:" in second.stderr
 
 
+@pytest.mark.parametrize("name, content, says", [
+    ("plan.json", '{\n  "version": 1,\n  "model": {}\n}\n', "megapilot run --plan"),
+    ("exp.yaml", "work_group: AMD\nmodules:\n  pre_trainer: {}\n", "--launcher primus"),
+    ("blob.sh", "\x7fELF\x00\x00", "binary"),
+])
+def test_what_bash_cannot_run_is_refused_before_a_run_starts(cli, tmp_path, monkeypatch, name, content, says):
+    """Bash ran a saved plan given in the script's place line by line: 'version:: command not found', exit 127, a
+    failed run on record."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / name).write_text(content)
+    result = cli("run", name)
+    assert result.exit_code == 2 and says in result.stderr and "script:" in result.stderr
+    assert not (tmp_path / "runs").exists()
+
+
 def test_reusing_a_combo_is_refused(cli, tmp_path):
     script = str(launch_script(tmp_path, "--iters", "1"))
     assert cli("run", script, "--run-dir", str(tmp_path), "--combo", "c", "--json").exit_code == 0
