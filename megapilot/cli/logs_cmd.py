@@ -336,15 +336,46 @@ def diagnose_command(
         from megapilot.logs.sources import shown_name
 
         names = ", ".join(result.labels.get(name, shown_name(name)) for name in result.log.files)
-        error = MegapilotError(f"{names}: this is not a training log: none of its {result.log.lines_read:,} lines is "
-                               "an iteration, error, checkpoint or start-up line of a training framework",
-                               field="FILE", fix="pass the log a training job printed (a rank's output, a SLURM "
-                                                 ".out/.err file, a run directory's training.log)")
+        error = _launch_script_given(result.log.files) or MegapilotError(
+            f"{names}: this is not a training log: none of its {result.log.lines_read:,} lines is an iteration, "
+            "error, checkpoint or start-up line of a training framework",
+            field="FILE", fix="pass the log a training job printed (a rank's output, a SLURM .out/.err file, a run "
+                              "directory's training.log)")
         err_console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
     else:
         _print_diagnosis(result)
     if not_a_log:  # exit 1, not the usage error's 2: the file was read, it holds nothing to diagnose
         raise typer.Exit(1)
+
+
+def _launch_script_given(files: list[str]) -> MegapilotError | None:
+    """The error for a launch script given where its log goes (it has Megatron flags and no log line): what it is
+    and where it goes instead."""
+    from megapilot.diagnose import read_flags
+
+    for name in files:
+        path = Path(name)
+        if not path.is_file() or not (path.suffix in _SCRIPT_SUFFIXES or _starts_with_shebang(path)):
+            continue  # a log that echoed its command line is still a log
+        try:
+            read_flags(script=name, training_script=True)
+        except MegapilotError:  # no Megatron flag in it: not a launch script either
+            continue
+        return MegapilotError(f"{name} is a launch script, not a training log", field="FILE",
+                              fix=f"pass it with --script beside the log it wrote: megapilot diagnose LOG --script "
+                                  f"{name}")
+    return None
+
+
+_SCRIPT_SUFFIXES = (".sh", ".bash", ".sbatch", ".slurm")
+
+
+def _starts_with_shebang(path: Path) -> bool:
+    try:
+        with path.open("rb") as handle:
+            return handle.read(2) == b"#!"
+    except OSError:
+        return False
 
 
 _SEVERITY_STYLE = {"critical": "bold red", "error": "red", "warning": "yellow", "info": "dim"}

@@ -415,6 +415,19 @@ def test_a_file_that_is_no_training_log_is_one_error_line_naming_file_with_a_fix
     assert line.startswith("error: FILE: services: this is not a training log") and " — fix: " in line
 
 
+def test_a_launch_script_given_as_the_log_is_named_one_with_where_it_goes(cli, tmp_path: Path):
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/bash\ntorchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
+                      "--tensor-model-parallel-size 2\n")
+    result = cli("diagnose", str(script))
+    assert result.exit_code == 1
+    [line] = result.stderr.strip().splitlines()
+    assert "is a launch script, not a training log" in line and f"--script {script}" in line
+    echoed = tmp_path / "job.out"  # a log that echoed its command line and printed nothing else is still a log
+    echoed.write_text(script.read_text().split("\n", 1)[1])
+    assert "this is not a training log" in cli("diagnose", str(echoed)).stderr
+
+
 @pytest.mark.parametrize(("extra", "field"), [(("--summary-only", "--csv"), "--csv"), (("--timeout", "5"), "--timeout"),
                                               (("--idle-timeout", "5"), "--idle-timeout")])
 def test_options_that_would_do_nothing_are_refused_by_name(cli, extra, field):
