@@ -211,12 +211,18 @@ def _unknown_model(name: str) -> MegapilotError:
     )
 
 
+# The keys of a saved plan (`megapilot plan --save`): its model is the one it was planned for.
+_SAVED_PLAN_KEYS = frozenset({"model", "cluster", "training", "parallel"})
+
+
 def _load_model_file(path: Path) -> ModelSpec:
-    """A HF config.json (recognised by `architectures`/`model_type` or its own keys) or a file of ModelSpec
-    fields."""
+    """A HF config.json (recognised by `architectures`/`model_type` or its own keys), a saved plan (its model), or
+    a file of ModelSpec fields."""
     data = _read_mapping(path)
     if looks_like_hf_config(data):
         return from_hf_config(data, path.parent.name if path.name == "config.json" else path.stem)
+    if data.keys() >= _SAVED_PLAN_KEYS and isinstance(data["model"], dict):
+        data = data["model"]
     data.setdefault("name", path.stem)
     try:
         return ModelSpec(**data)

@@ -31,8 +31,8 @@ from megapilot.errors import MegapilotError
 if TYPE_CHECKING:
     from megapilot.estimate import CaseFeatures
 
-MODEL_HELP = ("Model preset (e.g. llama3.1-70b), Hugging Face hub id (meta-llama/Llama-3.1-8B), config.json or "
-              "model spec file.")
+MODEL_HELP = ("Model preset (e.g. llama3.1-70b), Hugging Face hub id (meta-llama/Llama-3.1-8B), config.json, "
+              "model spec file or saved plan (its model).")
 
 # Texts `plan` shares too, where its options mean the same but default to a value (`--seq-len 4096`).
 GBS_HELP = "Global batch size, sequences."

@@ -152,6 +152,19 @@ def test_modelspec_files_in_yaml_and_json_resolve(tmp_path):
     assert get_model(str(tmp_path / "other.yaml")).hidden_size == 64
 
 
+def test_a_saved_plan_gives_the_model_it_was_planned_for(tmp_path):
+    """`--model plan.json` (what `plan --save` wrote): its model, not a refusal of its other keys as model fields."""
+    from megapilot.catalog.gpus import cluster_of
+    from megapilot.plan.planner import plan
+    from megapilot.spec import TrainingSpec
+
+    model = get_preset("qwen3-30b-a3b").spec
+    saved = plan(model, cluster_of("h100", 16, None), TrainingSpec(seq_length=4096, global_batch_size=64),
+                 top=1).to_saved_plan()
+    (tmp_path / "plan.json").write_text(saved.model_dump_json())
+    assert get_model(str(tmp_path / "plan.json")) == model
+
+
 def test_bad_model_files_are_user_errors_naming_the_field(tmp_path):
     (tmp_path / "bad.yaml").write_text("num_layers: [unclosed\n")
     (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
