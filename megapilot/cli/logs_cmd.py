@@ -348,6 +348,9 @@ def diagnose_command(
         raise typer.Exit(1)
 
 
+_SCRIPT_SUFFIXES = (".sh", ".bash", ".sbatch", ".slurm")
+
+
 def _launch_script_given(files: list[str]) -> MegapilotError | None:
     """The error for a launch script given where its log goes (it has Megatron flags and no log line): what it is
     and where it goes instead."""
@@ -365,9 +368,6 @@ def _launch_script_given(files: list[str]) -> MegapilotError | None:
                               fix=f"pass it with --script beside the log it wrote: megapilot diagnose LOG --script "
                                   f"{name}")
     return None
-
-
-_SCRIPT_SUFFIXES = (".sh", ".bash", ".sbatch", ".slurm")
 
 
 def _starts_with_shebang(path: Path) -> bool:

@@ -881,8 +881,8 @@ def _exception_crash(records: list[ErrorRecord], raised: ErrorRecord, severity: 
     cause = (f"A rank raised {name}" + (f" in {frame}" if frame else "") + ": the traceback's last frames say where; "
              "the other ranks' errors, if any, followed it.")
     # an assertion or value check whose message names its own way out (Megatron-Core's model-building checks,
-    # raised after the arguments were validated): the refusal's fixes, as for a refused configuration
-    # a check's own words name its way out; so does any exception that asks for a newer Transformer Engine
+    # raised after the arguments were validated), or any exception that asks for a newer Transformer Engine: the
+    # refusal's fixes, as for a refused configuration
     named = _refusal_fixes([raised]) if name in _CHECK_EXCEPTIONS or transformer_engine_needed(raised.text) else []
     fixes = named or ([_EXCEPTION_FIXES[name]] if name in _EXCEPTION_FIXES else [
         Fix("add", "read the traceback above the exception line", None, "the last frames inside the training code "
