@@ -64,10 +64,13 @@ _ENV_ASKED = re.compile(r"\b(?i:set(?:ting)?|export|requires?)\s+(?:the\s+)?(?:e
 _ENV_UNSET = re.compile(r"\b(?i:unset)\s+((?:`?[A-Z][A-Z0-9_]{2,}`?(?:\s*,\s*(?:and\s+|or\s+)?|\s+(?:and|or)\s+)?)+)")
 _ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]{2,}")
 # "requires TE version >= 2.12.0", "only supported with TE >= 2.8.0", "Please install TE >= 2.1.0", "requires
-# TransformerEngine version >= 1.5", "Transformer Engine >= 2.0 is required": Megatron-Core's is_te_min_version checks.
-# The container's Transformer Engine is older than a feature the flags turn on.
-_TE_VERSION_NEEDED = re.compile(r"\b(?:TE|Transformer ?Engine|transformer_engine)(?:\s+version)?\s*(?:>=|≥)\s*"
-                                r"v?(\d+\.\d+(?:\.\d+)?)", re.IGNORECASE)
+# TransformerEngine version >= 1.5", "TE version >= 2.3.0 is required", "Only TE >= 2.3.0 supports ...": Megatron-Core's
+# is_te_min_version checks, where the ranks' Transformer Engine is older than a feature the flags turn on. Asked for,
+# not a condition ("For fine-grained activation offloading with TE >= 2.10.0, NVTE_CPU_OFFLOAD_V1 should be set").
+_TE = r"(?:TE|Transformer ?Engine|transformer_engine)(?:\s+version)?\s*(?:>=|≥)\s*v?(\d+\.\d+(?:\.\d+)?)"
+_TE_VERSION_NEEDED = re.compile(
+    r"\b(?:requires?|install|upgrade|supported with|only|us(?:e|ing)(?: a compatible)?)\s+" + _TE
+    + r"|\b" + _TE + r"\s+(?:is required|supports)\b", re.IGNORECASE)
 TE_VERSION_CHECK = "python -c 'import transformer_engine as te; print(te.__version__)'"
 
 
@@ -135,7 +138,7 @@ def _as_flag(found: re.Match[str]) -> str:
 def transformer_engine_needed(message: str) -> str | None:
     """The Transformer Engine release the message asks for ("2.12.0"), or None."""
     found = _TE_VERSION_NEEDED.search(message)
-    return found.group(1) if found else None
+    return (found.group(1) or found.group(2)) if found else None
 
 
 def _argparse_changes(message: str) -> list[NamedChange]:

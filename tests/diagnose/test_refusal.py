@@ -100,6 +100,8 @@ TE_CHECK = "python -c 'import transformer_engine as te; print(te.__version__)'"
 
 @pytest.mark.parametrize(("message", "version", "ways"), [
     ("CUDA graph with delay_wgrad_compute requires TE version >= 2.12.0.", "2.12.0", []),
+    ("TE version >= 2.10.0 is required for delay_wgrad_compute with partial cuda graph", "2.10.0", []),
+    ("Only TE >= 2.3.0 supports interleaved fused RoPE.", "2.3.0", []),
     ("fused_permute is not available. Please install TE >= 2.1.0.", "2.1.0", []),
     ("use_te_rng_tracker requires TransformerEngine version >= 1.5", "1.5", []),
     ("Transformer Engine >= 2.0 is required for dequantizing parameters.", "2.0", []),
@@ -116,3 +118,10 @@ def test_a_transformer_engine_too_old_is_named_with_its_version_and_the_check(
     assert _changes(message) == [*ways, (upgrade, "add", f"run Transformer Engine {version} or newer (a newer "
                                           "container image)", None), (upgrade, "add", TE_CHECK, None)]
     assert [c.kind for c in changes_named_in(message)][-2:] == ["advice", "command"]
+
+
+def test_a_transformer_engine_release_said_as_a_condition_is_not_asked_for() -> None:
+    """core_v0.19.0 validate_args: with TE 2.10 or newer a variable must be set; a newer image is no way out."""
+    assert not any(c.kind in ("advice", "command") for c in changes_named_in(
+        "For fine-grained activation offloading with TE >= 2.10.0, NVTE_CPU_OFFLOAD_V1 should be set to 1 to avoid "
+        "offloading weights."))
