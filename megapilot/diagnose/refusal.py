@@ -59,6 +59,9 @@ _UNRECOGNIZED = re.compile(r"unrecognized arguments:(.*)")
 # NCCL_GRAPH_REGISTER=0 to avoid ..." (the verb in any case; the variable's name in capitals)
 _ENV_ASKED = re.compile(r"\b(?i:set(?:ting)?|export|requires?)\s+(?:the\s+)?(?:environment\s+variable\s+)?"
                         r"`?([A-Z][A-Z0-9_]{2,})`?\s*(?:=|\bto\b)\s*`?([\w.:/-]+?)`?(?=[\s.,;]|$)")
+# the variable first: "NVTE_CPU_OFFLOAD_V1 should be set to 1" (core_v0.19.0 validate_args, fine-grained offloading)
+_ENV_TO_BE_SET = re.compile(r"\b([A-Z][A-Z0-9_]{2,})`?\s+(?i:should|must|needs?\s+to)\s+be\s+set\s+to\s+"
+                            r"`?([\w.:/-]+?)`?(?=[\s.,;]|$)")
 
 # "unset NVTE_FLASH_ATTN, NVTE_FUSED_ATTN and NVTE_UNFUSED_ATTN" (Megatron-Core's attention-backend check)
 _ENV_UNSET = re.compile(r"\b(?i:unset)\s+((?:`?[A-Z][A-Z0-9_]{2,}`?(?:\s*,\s*(?:and\s+|or\s+)?|\s+(?:and|or)\s+)?)+)")
@@ -91,7 +94,7 @@ def changes_named_in(message: str) -> list[NamedChange]:
     """The flag changes the message asks for, in its order, each flag once."""
     changes = _argparse_changes(message) or _worded_changes(_DEST.sub(_as_flag, message))
     changes += [NamedChange("set", name, value, "named in the refusal", kind="env")
-                for name, value in _ENV_ASKED.findall(message)]
+                for name, value in _ENV_ASKED.findall(message) + _ENV_TO_BE_SET.findall(message)]
     changes += [NamedChange("remove", name, None, "named in the refusal", kind="env")
                 for names in _ENV_UNSET.findall(message) for name in _ENV_NAME.findall(names)]
     if (version := transformer_engine_needed(message)) is not None:  # a way out beside turning the feature off

@@ -47,6 +47,9 @@ def _changes(message: str) -> list[tuple[int, str, str, str | None]]:
     ("Please set `NVTE_ROCM_ENABLE_MXFP8=1` to enable `mxfp8` recipe.", [(0, "set", "NVTE_ROCM_ENABLE_MXFP8", "1")]),
     ("Using tensor model parallelism or context parallelism require setting the environment variable "
      "CUDA_DEVICE_MAX_CONNECTIONS to 1", [(0, "set", "CUDA_DEVICE_MAX_CONNECTIONS", "1")]),
+    # the variable first (core_v0.19.0 validate_args, fine-grained activation offloading with TE 2.10+)
+    ("For fine-grained activation offloading with TE >= 2.10.0, NVTE_CPU_OFFLOAD_V1 should be set to 1 to avoid "
+     "offloading weights.", [(0, "set", "NVTE_CPU_OFFLOAD_V1", "1")]),
     # Megatron-LM's CUDA-graph assertion opens its sentence with the verb
     ("Setting NCCL_GRAPH_REGISTER=0 to avoid illegal memory access when using CUDA Graph with "
      "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.", [(0, "set", "NCCL_GRAPH_REGISTER", "0")]),
