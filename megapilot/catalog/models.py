@@ -21,6 +21,7 @@ from megapilot.catalog.hf import from_hf_config, load_hf_config, looks_like_hf_c
 from megapilot.catalog.hub import looks_like_hub_id, resolve_hub_config
 from megapilot.errors import MegapilotError, from_validation_error
 from megapilot.spec.model import ModelSpec
+from megapilot.spec.plan_file import looks_like_saved_plan
 
 _PRESET_FILE = "models.yaml"
 _SPEC_FILE_SUFFIXES = (".json", ".yaml", ".yml")
@@ -211,17 +212,13 @@ def _unknown_model(name: str) -> MegapilotError:
     )
 
 
-# The keys of a saved plan (`megapilot plan --save`): its model is the one it was planned for.
-_SAVED_PLAN_KEYS = frozenset({"model", "cluster", "training", "parallel"})
-
-
 def _load_model_file(path: Path) -> ModelSpec:
     """A HF config.json (recognised by `architectures`/`model_type` or its own keys), a saved plan (its model), or
     a file of ModelSpec fields."""
     data = _read_mapping(path)
     if looks_like_hf_config(data):
         return from_hf_config(data, path.parent.name if path.name == "config.json" else path.stem)
-    if data.keys() >= _SAVED_PLAN_KEYS and isinstance(data["model"], dict):
+    if looks_like_saved_plan(data):  # the model it was planned for
         data = data["model"]
     data.setdefault("name", path.stem)
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -13,6 +14,9 @@ from megapilot.spec.parallel import ParallelConfig
 from megapilot.spec.training import TrainingSpec
 
 PLAN_FILE_VERSION = 1
+# The keys every saved plan holds: what tells its file from another JSON given in its place or it in theirs (a model
+# spec, a suite config).
+SAVED_PLAN_KEYS = frozenset({"model", "cluster", "training", "parallel"})
 
 # Megatron's flex MoE dispatcher backends (`--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend X`).
 FlexDispatcher = Literal["deepep", "hybridep"]
@@ -94,3 +98,8 @@ class SavedPlan(BaseModel):
     cuda_graphs: CudaGraphs | None = Field(
         default=None, description="The CUDA graphs the plan was costed with (None: eager); the launch script writes "
         "them.")
+
+
+def looks_like_saved_plan(data: Mapping[str, object]) -> bool:
+    """Whether a file's mapping is a saved plan (`SAVED_PLAN_KEYS`, a model inside)."""
+    return data.keys() >= SAVED_PLAN_KEYS and isinstance(data.get("model"), dict)

@@ -31,6 +31,7 @@ from megapilot.errors import MegapilotError
 from megapilot.execute.base import Capabilities
 from megapilot.execute.registry import capabilities as executor_capabilities
 from megapilot.spec import GPUSpec, ModelSpec, default_gpus_per_node
+from megapilot.spec.plan_file import looks_like_saved_plan
 from megapilot.suite.budget import BudgetConfig, budget_problems
 from megapilot.suite.cells import (
     BoolLike,
@@ -222,6 +223,10 @@ def check_suite(config_path: str | Path, cluster_path: str | Path | None = None)
 def _in_current_schema(raw: dict[str, Any], check: SuiteCheck) -> tuple[dict[str, Any] | None, Upgrade | None]:
     """The config in the Sep 2026 names: a schema v1 one read into them (schema_v1.py), the legacy nested form
     refused."""
+    if looks_like_saved_plan(raw):  # not a suite's keys at all: one line, not one per missing field
+        check.add("config", "this is a saved plan (`megapilot plan --save`), not a suite config",
+                  "start a suite with `megapilot suite init`; run the plan itself with `megapilot run --plan FILE`")
+        return None, None
     if is_legacy_nested(raw):
         message, fix = legacy_problem()
         check.add("model_params", message, fix)

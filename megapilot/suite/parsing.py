@@ -54,6 +54,8 @@ def json_hint(exc: Exception) -> str:
     if before.endswith(",") and exc.doc[exc.pos:exc.pos + 1] in "}]":
         line = exc.doc.count("\n", 0, len(before) - 1) + 1
         return f": the comma ending line {line} comes before a closing bracket, which JSON does not allow"
+    if exc.pos == 0 and exc.doc.startswith("#!"):
+        return ": it starts with #!, a script, not a config (a launch script runs with `megapilot run SCRIPT`)"
     if exc.doc.startswith(("//", "/*", "#"), exc.pos):
         return (f": a comment at line {exc.lineno}, which JSON does not allow; write it as a \"_comment\" key "
                 "(keys starting with _ are skipped)")

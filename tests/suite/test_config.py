@@ -101,6 +101,15 @@ def test_load_raises_one_error_listing_every_problem() -> None:
     assert "container.env.NCCL_DEBUG" in str(info.value) and "\n" not in str(info.value)
 
 
+def test_a_saved_plan_given_as_the_config_is_one_problem_naming_what_it_is(tmp_path: Path) -> None:
+    """Not one 'Field required' per missing suite key (gpu_name, paths, train_params)."""
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "model": {"num_layers": 2}, "cluster": {}, "training": {},
+                                "parallel": {}}))
+    [problem] = check_suite(plan).problems
+    assert problem.path == "config" and "saved plan" in problem.message and "run --plan" in problem.fix
+
+
 def test_yaml_input_is_the_same_suite(tmp_path: Path) -> None:
     raw = filled_in(raw_cvs(SINGLE_8B))
     json_suite = load_suite(write_suite(tmp_path, raw, SINGLE_8B))

@@ -114,5 +114,11 @@ def test_a_comment_in_json_is_named_with_the_comment_key_to_use_instead(text: st
     assert '"_comment" key' in json_hint(caught.value)
 
 
+def test_a_script_given_as_the_config_is_named_one_not_a_comment_to_rewrite() -> None:
+    with pytest.raises(json.JSONDecodeError) as caught:
+        parse_json("#!/bin/bash\ntorchrun pretrain_gpt.py\n")
+    assert "a script, not a config" in json_hint(caught.value) and "_comment" not in json_hint(caught.value)
+
+
 def test_a_byte_order_mark_is_read_past_as_windows_editors_write_it() -> None:
     assert parse_json('\ufeff{"a": 1}') == {"a": 1}
