@@ -82,8 +82,16 @@ def stand_in_cluster(config: RunConfig, training: TrainingSpec) -> ClusterSpec:
 
 def _stand_in_gpu(training: TrainingSpec) -> GPUSpec:
     gpus = [get_gpu(name) for name in _STAND_IN_GPUS]
-    return next((gpu for gpu in gpus if gpu.supports(training.precision)
-                 and (training.precision != "fp8" or gpu.supports_fp8_recipe(training.fp8_recipe))), gpus[0])
+    return next((gpu for gpu in gpus if _runs_precision(gpu, training)), gpus[0])
+
+
+def _runs_precision(gpu: GPUSpec, training: TrainingSpec) -> bool:
+    """Whether `GPUSpec.check_precision`, the rule the renderer applies, lets this GPU run the precision."""
+    try:
+        gpu.check_precision(training.precision, training.fp8_recipe)
+    except MegapilotError:
+        return False
+    return True
 
 
 def layout_flag_changes(config: RunConfig, parallel: ParallelConfig, training: TrainingSpec | None = None, *,
